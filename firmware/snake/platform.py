@@ -1,0 +1,121 @@
+# Platform layer: the only module in firmware/ that looks at which
+# interpreter it runs on. MicroPython (ESP32 or unix port) and CPython 3.11
+# differ in ticks, const, random bytes, socket constants and crypto backends;
+# everything else in the firmware imports them from here.
+import sys
+
+MICROPYTHON = sys.implementation.name == "micropython"
+# True on a real board (ESP32 port), False on the unix port and CPython.
+BOARD = MICROPYTHON and sys.platform not in ("linux", "darwin", "win32")
+
+if MICROPYTHON:
+    from micropython import const
+    import time as _time
+    import os as _os
+
+    ticks_ms = _time.ticks_ms
+    ticks_add = _time.ticks_add
+    ticks_diff = _time.ticks_diff
+    sleep_ms = _time.sleep_ms
+    urandom = _os.urandom
+
+    def copy_into(dst, doff, src, soff, n):
+        # MicroPython allocates a memoryview for every slice; a byte loop
+        # allocates nothing (keys are 32 bytes, so this stays cheap).
+        i = 0
+        while i < n:
+            dst[doff + i] = src[soff + i]
+            i += 1
+
+else:
+    import os as _os
+    import time as _time
+
+    def const(x):
+        return x
+
+    # MicroPython's ticks: a millisecond counter that wraps; differences are
+    # taken modulo the period and mapped to the signed range. The same
+    # arithmetic here so the core behaves identically on both interpreters.
+    TICKS_PERIOD = 1 << 30
+    TICKS_MAX = TICKS_PERIOD - 1
+    TICKS_HALF = TICKS_PERIOD // 2
+    _t0 = _time.monotonic_ns()
+
+    def ticks_ms():
+        return ((_time.monotonic_ns() - _t0) // 1000000) & TICKS_MAX
+
+    def ticks_add(t, d):
+        return (t + d) & TICKS_MAX
+
+    def ticks_diff(a, b):
+        return ((a - b + TICKS_HALF) & TICKS_MAX) - TICKS_HALF
+
+    def sleep_ms(ms):
+        _time.sleep(ms / 1000)
+
+    urandom = _os.urandom
+
+    def copy_into(dst, doff, src, soff, n):
+        dst[doff:doff + n] = src[soff:soff + n]
+
+TICKS_MASK = (1 << 30) - 1
+
+
+def wall_ms():
+    """Milliseconds since the Unix epoch (best effort on a board without RTC).
+
+    Used for bootstrap and wakeup sequence numbers, which must increase
+    monotonically per node (the reference implementation uses Unix ms)."""
+    t = _time.time()
+    if MICROPYTHON and BOARD:
+        # ESP32 epoch is 2000-01-01; shift to the Unix epoch.
+        t += 946684800
+    return int(t * 1000)
+
+
+# Socket constants: MicroPython lacks several, and numbers differ by OS only
+# in theory (these are the Linux/lwIP values).
+IPPROTO_IP = 0
+IPPROTO_TCP = 6
+TCP_NODELAY = 1
+try:
+    import socket as _socket
+    IP_ADD_MEMBERSHIP = getattr(_socket, "IP_ADD_MEMBERSHIP", 35)
+    IP_MULTICAST_LOOP = getattr(_socket, "IP_MULTICAST_LOOP", 34)
+    IP_MULTICAST_TTL = getattr(_socket, "IP_MULTICAST_TTL", 33)
+except ImportError:  # pragma: no cover - every supported platform has socket
+    IP_ADD_MEMBERSHIP, IP_MULTICAST_LOOP, IP_MULTICAST_TTL = 35, 34, 33
+
+
+def sockaddr_host_port(addr):
+    """(host, port) from a recvfrom() address on any platform.
+
+    CPython gives a tuple; the MicroPython unix port gives a raw sockaddr
+    that socket.sockaddr() decodes; ESP32 gives a tuple."""
+    if isinstance(addr, tuple):
+        return addr[0], addr[1]
+    import socket
+    dec = socket.sockaddr(addr)
+    # unix port: (family, (host, port)) or (family, host, port) by version
+    if len(dec) == 2:
+        return dec[1][0], dec[1][1]
+    return dec[1], dec[2]
+
+
+def try_import(name):
+    """Import a module by name, or return None when this platform lacks it."""
+    try:
+        return __import__(name)
+    except ImportError:
+        return None
+
+
+def collect():
+    """Run the garbage collector where that is meaningful; return free heap
+    bytes (MicroPython) or -1 (CPython, no fixed heap)."""
+    import gc
+    gc.collect()
+    if MICROPYTHON:
+        return gc.mem_free()
+    return -1
