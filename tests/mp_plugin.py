@@ -31,7 +31,7 @@ def pytest_collect_file(file_path, parent):
     p = str(file_path)
     if (os.path.dirname(p) == FIRMWARE_TESTS and file_path.name.startswith("test_")
             and p.endswith(".py")):
-        return MicroPythonModule.from_parent(parent, path=file_path.with_name(file_path.name + "[micropython]"), src=p)
+        return MicroPythonModule.from_parent(parent, path=file_path, name=file_path.name + "[micropython]", src=p)
     return None
 
 

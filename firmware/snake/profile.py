@@ -1,0 +1,77 @@
+# Board profile: which ports a node runs and how big every table is.
+# Loaded from boards/<BOARD>/profile.json (on a board: /profile.json).
+# Capacities are fixed at boot; nothing in the router grows past them.
+import json
+
+# Defaults = the unix-port host profile. Each key is documented in
+# boards/README.md; unknown keys in a profile file are an error so that a
+# typo does not silently fall back to a default.
+DEFAULTS = {
+    "name": "UNIX",
+    "arch": "x64",
+    "wifi": True,             # Wi-Fi/TCP ports (multicast discovery + listener)
+    "ble": False,             # Bluetooth LE GATT ports
+    "max_peers": 16,          # switch ports 1..max_peers (all link types)
+    "ble_links": 4,           # at most this many BLE links (NimBLE on ESP32: 4)
+    "max_routes": 64,         # snake routing table entries
+    "coord_cache": 32,        # cached source coordinates for tree replies
+    "sig_cache": 64,          # verified-signature cache entries
+    "max_hops": 16,           # deepest tree announcement accepted (hops)
+    "frame_max": 2048,        # largest frame accepted/sent, bytes
+    "wifi_queue": 16,         # frames queued per Wi-Fi port
+    "ble_queue": 4,           # frames queued per BLE port
+    "wakeup_filter": 32,      # per-origin wakeup de-duplication entries
+    "bootstrap_verify": "all",  # all | on-change | off
+    "hop_limiting": True,     # relays decrement traffic hop limit
+    "multicast": True,        # send/hear LAN beacons
+    "listen_port": 0,         # TCP listener port (0 = any free port)
+    "console": True,          # serial console on stdin/stdout
+}
+
+VERIFY_POLICIES = ("all", "on-change", "off")
+
+
+class ProfileError(ValueError):
+    pass
+
+
+class Profile:
+    def __init__(self, d=None):
+        for k in DEFAULTS:
+            setattr(self, k, DEFAULTS[k])
+        if d:
+            for k in d:
+                if k.startswith("_"):
+                    continue  # comments
+                if k not in DEFAULTS:
+                    raise ProfileError("unknown profile key: " + k)
+                setattr(self, k, d[k])
+        self.check()
+
+    def check(self):
+        for k in ("max_peers", "ble_links", "max_routes", "coord_cache", "sig_cache",
+                  "max_hops", "frame_max", "wifi_queue", "ble_queue", "wakeup_filter"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or v < 1:
+                raise ProfileError("profile %s must be a positive integer" % k)
+        if self.frame_max > 65535 or self.frame_max < 256:
+            raise ProfileError("profile frame_max must be within 256..65535")
+        if self.bootstrap_verify not in VERIFY_POLICIES:
+            raise ProfileError("profile bootstrap_verify must be one of all, on-change, off")
+
+    def as_dict(self):
+        d = {}
+        for k in DEFAULTS:
+            d[k] = getattr(self, k)
+        return d
+
+    @staticmethod
+    def load(path):
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except OSError:
+            raise ProfileError("cannot read profile " + path)
+        except ValueError:
+            raise ProfileError("profile is not valid JSON: " + path)
+        return Profile(d)

@@ -1,0 +1,85 @@
+import gc
+from snake.tables import Table
+from snake import platform
+
+
+def key(i):
+    b = bytearray(32)
+    b[0] = i & 0xFF
+    b[31] = (i >> 8) & 0xFF
+    return bytes(b)
+
+
+def test_insert_find_remove():
+    t = Table(4)
+    s = t.insert(key(1))
+    assert s >= 0 and t.count == 1
+    assert t.find(key(1)) == s
+    assert t.find(key(2)) == -1
+    assert t.insert(key(1)) == s and t.count == 1
+    t.remove(s)
+    assert t.find(key(1)) == -1 and t.count == 0
+
+
+def test_find_at_compares_in_place():
+    t = Table(3)
+    t.insert(key(7))
+    frame = bytearray(40)
+    frame[5:37] = key(7)
+    assert t.find_at(frame, 5) >= 0
+    frame[36] ^= 1
+    assert t.find_at(frame, 5) == -1
+    s = t.insert_at(frame, 5)
+    assert bytes(t.keys[s]) == bytes(frame[5:37])
+
+
+def test_full_without_victim_refuses():
+    t = Table(2)
+    assert t.insert(key(1)) >= 0 and t.insert(key(2)) >= 0
+    assert t.insert(key(3)) == -1
+    assert t.count == 2 and t.evictions == 0
+
+
+def test_eviction_hook_and_counter():
+    evicted = []
+
+    def victim(tab):
+        # evict the smallest first byte
+        best = -1
+        for i in range(tab.capacity):
+            if tab.used[i] and (best < 0 or tab.keys[i][0] < tab.keys[best][0]):
+                best = i
+        return best
+
+    t = Table(3, victim=victim, on_evict=lambda s: evicted.append(bytes(t.keys[s])))
+    for i in (5, 3, 9):
+        t.insert(key(i))
+    s = t.insert(key(12))
+    assert s >= 0 and t.count == 3 and t.evictions == 1
+    assert evicted == [key(3)]
+    assert t.find(key(3)) == -1 and t.find(key(12)) == s
+    for i in range(100, 200):
+        t.insert(key(i))
+    assert t.count == 3 and t.count <= t.capacity
+    assert t.evictions == 101
+
+
+def test_steady_state_allocates_nothing_on_micropython():
+    t = Table(8, victim=lambda tab: 0)
+    keys = [key(i) for i in range(20)]
+    frame = bytearray(64)
+    frame[10:42] = keys[3]
+    for k in keys:
+        t.insert(k)
+    gc.collect()
+    if platform.MICROPYTHON:
+        before = gc.mem_alloc()
+    for _ in range(50):
+        for k in keys:
+            t.insert(k)
+            t.find(k)
+        t.find_at(frame, 10)
+        t.insert_at(frame, 10)
+    if platform.MICROPYTHON:
+        assert gc.mem_alloc() - before == 0
+    assert t.count == 8
