@@ -1,0 +1,560 @@
+# The sans-I/O router core.
+#
+# Events in: port_up / port_down, receive(port, frame, now), tick(now),
+# send(dst, payload, now). Frames out through self.tx(port, buf, n); local
+# traffic through self.deliver(src_key, payload); link closures requested
+# through self.disconnect(port, reason). No sockets, no asyncio, no clock of
+# its own: `now` is always passed in (a ticks value in ms).
+#
+# State is split by concern: tree.py (spanning tree), snek.py (virtual
+# snake), this module (ports, forwarding, wakeups, keepalives, telemetry).
+from snake import wire
+from snake import platform
+from snake.platform import ticks_diff, copy_into
+from snake.tables import Table
+from snake.tree import Tree
+from snake.snek import Snake, worse, FULL_KEY, BOOTSTRAP_INTERVAL_MS, MAINTAIN_INTERVAL_MS
+from snake.telemetry import (Counters, D_MALFORMED, D_OVERSIZE, D_UNKNOWN_PORT,
+                             D_UNKNOWN_TYPE, D_HOP_LIMIT, D_LOOP, D_WATERMARK, D_NO_ROUTE,
+                             D_QUEUE_FULL, D_BAD_SIGNATURE, D_WAKEUP_ROOT, D_WAKEUP_DUP,
+                             D_WAKEUP_HOP_LIMIT, D_SANITY)
+
+VERSION = "0.1.0"
+
+KEEPALIVE_MS = 3000          # send a keepalive after 3 s with nothing sent
+DEAD_MS = 5000               # a peer silent for 5 s is dead
+COORD_LIFETIME_MS = 60000    # cached source coordinates live 1 min
+WAKEUP_INTERVAL_MS = 60000   # flood our own wakeup every 60 s
+WAKEUP_MIN_GAP_MS = 30000    # ignore a wakeup within 30 s of the last from that origin
+
+LINK_LOCAL, LINK_MULTICAST, LINK_BONJOUR, LINK_REMOTE, LINK_BLUETOOTH = 0, 1, 2, 3, 4
+LINK_NAMES = ("local", "wifi", "bonjour", "remote", "ble")
+
+
+def _hex(b):
+    if b is None:
+        return None
+    import binascii
+    return binascii.hexlify(bytes(b)).decode()
+
+
+class Router:
+    def __init__(self, profile, signer, now, pool=None):
+        self.profile = profile
+        self.signer = signer
+        self.key = bytes(signer.public)
+        P = profile.max_peers + 1
+        H = profile.max_hops
+        self.up = bytearray(P)
+        self.port_key = [bytearray(32) for _ in range(P)]
+        self.port_link = [0] * P
+        self.last_rx = [0] * P
+        self.last_tx = [0] * P
+        self.counters = Counters()
+        from snake.crypto import SigCache
+        self.sigcache = SigCache(profile.sig_cache)
+        self.verify_policy = profile.bootstrap_verify
+        self.hop_limiting = profile.hop_limiting
+        self.frame_max = profile.frame_max
+        self.tree = Tree(self, profile)
+        self.snake = Snake(self, profile)
+        # coordinate cache: source key -> encoded coordinates (tree replies)
+        self.ccache = Table(profile.coord_cache, victim=self._cc_victim)
+        self.cc_coords = [bytearray(10 * H) for _ in range(profile.coord_cache)]
+        self.cc_len = [0] * profile.coord_cache
+        self.cc_time = [0] * profile.coord_cache
+        # wakeup filter: origin key -> last sequence and time
+        self.wakeups = Table(profile.wakeup_filter, victim=self._wf_victim)
+        self.wf_seq = [0] * profile.wakeup_filter
+        self.wf_time = [0] * profile.wakeup_filter
+        self.wk_seq = 0
+        self.f = wire.Frame(H)
+        self.buf = bytearray(profile.frame_max)
+        self.k_src = bytearray(32)
+        self.k_dst = bytearray(32)
+        self.k_wm = bytearray(32)
+        self.last_root = bytearray(32)
+        copy_into(self.last_root, 0, self.key, 0, 32)
+        self.last_root_seq = 1
+        self.last_parent = 0
+        self.now = now
+        self.started = now
+        self.tree.root_sent = now
+        self.snake.last_bootstrap = now
+        self.snake.last_maintain = now
+        self.last_wakeup = now
+        self.bootstrap_soon = False
+        # outputs: set by the runtime / simulator / tests
+        self.tx = _no_tx
+        self.deliver = None
+        self.disconnect = None
+        self.on_event = None
+        self.expired = None       # traffic hop limit ran out here (trace probes)
+        self.wall_ms = platform.wall_ms
+
+    # ---- crypto helpers (control plane) -------------------------------
+    def verify(self, pub, msg, sig):
+        c = self.sigcache
+        hits = c.hits
+        ok = c.verify(pub, msg, sig)
+        if c.hits != hits:
+            self.counters.verify_cached += 1
+        else:
+            self.counters.verify_done += 1
+        return ok
+
+    def sign(self, msg):
+        return self.signer.sign(msg)
+
+    def event(self, kind, detail):
+        if self.on_event is not None:
+            if detail is not None and not isinstance(detail, str):
+                detail = _hex(detail)
+            self.on_event(kind, detail)
+
+    # ---- ports --------------------------------------------------------
+    def port_up(self, port, peer_key, link_type, now):
+        if port < 1 or port >= len(self.up) or self.up[port]:
+            return False
+        self.now = now
+        copy_into(self.port_key[port], 0, peer_key, 0, 32)
+        self.port_link[port] = link_type
+        self.last_rx[port] = now
+        self.last_tx[port] = now
+        self.up[port] = 1
+        self.event("peer_up", peer_key)
+        self.announce_to(port)
+        return True
+
+    def port_down(self, port, now):
+        if port < 1 or port >= len(self.up) or not self.up[port]:
+            return
+        self.now = now
+        self.up[port] = 0
+        self.tree.port_down(port, now)
+        self.snake.port_down(port)
+        self.event("peer_down", self.port_key[port])
+        self._tree_changed(now)
+
+    def _kill(self, port, reason):
+        if self.disconnect is not None:
+            self.disconnect(port, reason)
+        self.port_down(port, self.now)
+
+    def free_port(self):
+        """Lowest port number not in use, or 0 when all are taken."""
+        p = 1
+        while p < len(self.up):
+            if not self.up[p]:
+                return p
+            p += 1
+        return 0
+
+    # ---- output ---------------------------------------------------------
+    def _tx(self, port, buf, n):
+        if self.tx(port, buf, n):
+            self.counters.tx[buf[5]] += 1
+            self.last_tx[port] = self.now
+            return True
+        self.counters.drops[D_QUEUE_FULL] += 1
+        return False
+
+    def announce_to(self, port):
+        n = self.tree.build(self.buf, port)
+        self._tx(port, self.buf, n)
+
+    def announce_all(self):
+        p = 1
+        while p < len(self.up):
+            if self.up[p]:
+                self.announce_to(p)
+            p += 1
+
+    def on_first_announcement(self, port):
+        # PROTOCOL.md difference 5: our own wakeup to a new peer only
+        self._send_wakeup(port)
+
+    # ---- input ----------------------------------------------------------
+    def receive(self, port, buf, n, now):
+        self.now = now
+        c = self.counters
+        if port < 1 or port >= len(self.up) or not self.up[port]:
+            c.drops[D_UNKNOWN_PORT] += 1
+            return
+        self.last_rx[port] = now
+        if n > self.frame_max:
+            c.drops[D_OVERSIZE] += 1
+            return
+        f = self.f
+        try:
+            f.decode(buf, n)
+        except wire.WireError as e:
+            if e.reason == "type":
+                c.drops[D_UNKNOWN_TYPE] += 1
+                return
+            c.drops[D_MALFORMED] += 1
+            if n > 5 and buf[5] == wire.T_ANNOUNCEMENT:
+                # a malformed announcement fails the "well formed" sanity check
+                c.drops[D_SANITY] += 1
+                self.event("sanity_fail", "malformed:" + e.reason)
+                self._kill(port, "sanity")
+            return
+        t = f.type
+        c.rx[t] += 1
+        if t == wire.T_TRAFFIC:
+            self._traffic(port, buf, n, f, now)
+        elif t == wire.T_BOOTSTRAP:
+            nh = self.snake.handle_bootstrap(port, buf, n, f, now)
+            if nh > 0:
+                self._tx(nh, buf, self.snake.fwd_len)
+        elif t == wire.T_ANNOUNCEMENT:
+            self._announcement(port, buf, n, f, now)
+        elif t == wire.T_WAKEUP:
+            self._wakeup(port, buf, n, f, now)
+        # keepalive: nothing but the last_rx update above
+
+    def _announcement(self, port, buf, n, f, now):
+        reason = self.tree.sanity_check(port, buf, f)
+        if reason is not None:
+            self.counters.drops[D_SANITY] += 1
+            if reason == "bad_signature":
+                self.counters.drops[D_BAD_SIGNATURE] += 1
+            self.event("sanity_fail", reason)
+            self._kill(port, "sanity:" + reason)
+            return
+        self.tree.handle(port, buf, n, f, now)
+        self._tree_changed(now)
+
+    def _tree_changed(self, now):
+        tree = self.tree
+        root = tree.root_key()
+        rseq = tree.root_seq()
+        if root != self.last_root:
+            copy_into(self.last_root, 0, root, 0, 32)
+            self.last_root_seq = rseq
+            self.ccache.clear()  # coordinates are only valid under one root
+            self.event("root_changed", root)
+            self.bootstrap_soon = True
+        elif rseq != self.last_root_seq:
+            self.last_root_seq = rseq
+            self.bootstrap_soon = True
+        if tree.parent != self.last_parent:
+            self.last_parent = tree.parent
+            self.event("parent_changed", self.port_key[tree.parent] if tree.parent else None)
+            self.bootstrap_soon = True
+        tree.changed = False
+
+    # ---- traffic --------------------------------------------------------
+    def _traffic(self, port, buf, n, f, now):
+        c = self.counters
+        tree = self.tree
+        if f.dcoords_len:
+            nh = tree.next_hop(buf, f.dcoords_off, f.dcoords_len, port)
+            if nh:
+                self._relay(port, nh, buf, n, f)
+                return
+            if tree.dist == 0 and _key_at_eq(buf, f.dst_off, self.key):
+                self._deliver(buf, f)
+                return
+            # no tree next hop: clear the coordinates and fall back to SNEK
+            n = wire.to_snek(buf, n, f, FULL_KEY, 0, 0)
+        copy_into(self.k_dst, 0, buf, f.dst_off, 32)
+        copy_into(self.k_wm, 0, buf, f.wm_off, 32)
+        sn = self.snake
+        nh = sn.next_hop(self.k_dst, False, self.k_wm, f.wm_seq, now)
+        if nh == 0:
+            if self.k_dst == self.key:
+                self._deliver(buf, f)
+            else:
+                c.drops[D_NO_ROUTE] += 1
+            return
+        if nh == port:
+            c.drops[D_LOOP] += 1
+            return
+        if worse(sn.nh_key, sn.nh_seq, self.k_wm, f.wm_seq):
+            c.drops[D_WATERMARK] += 1
+            return
+        n = wire.set_watermark(buf, n, f, sn.nh_key, 0, sn.nh_seq)
+        self._relay(port, nh, buf, n, f)
+
+    def _relay(self, port, nh, buf, n, f):
+        c = self.counters
+        if self.hop_limiting:
+            hl = f.hop_limit
+            if hl <= 1:
+                c.drops[D_HOP_LIMIT] += 1
+                if self.expired is not None:
+                    self.expired(buf, f)
+                return
+            wire.set_hop_limit(buf, hl - 1)
+        if self._tx(nh, buf, n):
+            c.forwarded += 1
+
+    def _deliver(self, buf, f):
+        c = self.counters
+        c.delivered += 1
+        # remember the sender's coordinates for replies by tree routing
+        slot = self.ccache.insert_at(buf, f.src_off)
+        if slot >= 0:
+            copy_into(self.cc_coords[slot], 0, buf, f.scoords_off, f.scoords_len)
+            self.cc_len[slot] = f.scoords_len
+            self.cc_time[slot] = self.now
+        if self.deliver is not None:
+            so = f.src_off
+            po = f.payload_off
+            self.deliver(bytes(buf[so:so + 32]), bytes(buf[po:po + f.payload_len]))
+
+    def _cc_victim(self, table):
+        # expired first, then the oldest entry
+        best = -1
+        i = 0
+        while i < table.capacity:
+            if table.used[i]:
+                if best < 0 or ticks_diff(self.cc_time[best], self.cc_time[i]) > 0:
+                    best = i
+            i += 1
+        return best
+
+    def send(self, dst, payload, now, hop_limit=wire.HOP_LIMIT_TRAFFIC):
+        """Originate application traffic to key `dst`. Tree routing when we
+        have the destination's coordinates cached, else SNEK."""
+        self.now = now
+        c = self.counters
+        buf = self.buf
+        f = self.f
+        mine, mlen = self.tree.coords_buf()
+        scoords = bytes(mine[0:mlen])
+        slot = self.ccache.find(dst)
+        if slot >= 0 and ticks_diff(now, self.cc_time[slot]) < COORD_LIFETIME_MS:
+            dc = bytes(self.cc_coords[slot][0:self.cc_len[slot]])
+            n = wire.encode_traffic(buf, dc, scoords, dst, self.key, FULL_KEY, 0, payload, hop_limit)
+            f.decode(buf, n)
+            nh = self.tree.next_hop(buf, f.dcoords_off, f.dcoords_len, 0)
+            if nh:
+                if self._tx(nh, buf, n):
+                    c.originated += 1
+                    return True
+                return False
+        n = wire.encode_traffic(buf, b"", scoords, dst, self.key, FULL_KEY, 0, payload, hop_limit)
+        f.decode(buf, n)
+        copy_into(self.k_dst, 0, dst, 0, 32)
+        sn = self.snake
+        nh = sn.next_hop(self.k_dst, False, FULL_KEY, 0, now)
+        if nh == 0:
+            if self.k_dst == self.key:
+                c.originated += 1
+                self._deliver(buf, f)
+                return True
+            c.drops[D_NO_ROUTE] += 1
+            return False
+        n = wire.set_watermark(buf, n, f, sn.nh_key, 0, sn.nh_seq)
+        if self._tx(nh, buf, n):
+            c.originated += 1
+            return True
+        return False
+
+    # ---- wakeup broadcasts ----------------------------------------------
+    def _send_wakeup(self, port):
+        seq = self.wall_ms()
+        if seq <= self.wk_seq:
+            seq = self.wk_seq + 1
+        self.wk_seq = seq
+        root = self.tree.root_key()
+        rseq = self.tree.root_seq()
+        sig = self.sign(wire.bootstrap_signed(seq, root, rseq))
+        n = wire.encode_wakeup(self.buf, self.key, seq, root, rseq, sig, wire.HOP_LIMIT_WAKEUP)
+        if port:
+            self._tx(port, self.buf, n)
+            return
+        p = 1
+        while p < len(self.up):
+            if self.up[p]:
+                self._tx(p, self.buf, n)
+            p += 1
+
+    def _wakeup(self, port, buf, n, f, now):
+        c = self.counters
+        tree = self.tree
+        # PROTOCOL.md difference 5: every cheap check before the signature
+        if f.hop_limit <= 1:
+            c.drops[D_WAKEUP_HOP_LIMIT] += 1
+            return
+        if not _key_at_eq(buf, f.root_off, tree.root_key()) or f.root_seq != tree.root_seq():
+            c.drops[D_WAKEUP_ROOT] += 1
+            return
+        if _key_at_eq(buf, f.src_off, self.key):
+            c.drops[D_WAKEUP_DUP] += 1
+            return
+        slot = self.wakeups.find_at(buf, f.src_off)
+        if slot >= 0 and (f.seq <= self.wf_seq[slot]
+                          or ticks_diff(now, self.wf_time[slot]) < WAKEUP_MIN_GAP_MS):
+            c.drops[D_WAKEUP_DUP] += 1
+            return
+        so = f.src_off
+        sg = f.sig_off
+        if not self.verify(bytes(buf[so:so + 32]), bytes(buf[f.signed_off:f.signed_off + f.signed_len]),
+                           bytes(buf[sg:sg + 64])):
+            c.drops[D_BAD_SIGNATURE] += 1
+            return
+        if slot < 0:
+            slot = self.wakeups.insert_at(buf, so)
+        if slot >= 0:
+            self.wf_seq[slot] = f.seq
+            self.wf_time[slot] = now
+        self.bootstrap_soon = True
+        wire.set_hop_limit(buf, f.hop_limit - 1)
+        p = 1
+        while p < len(self.up):
+            if self.up[p] and p != port:
+                self._tx(p, buf, n)
+            p += 1
+
+    def _wf_victim(self, table):
+        best = -1
+        i = 0
+        while i < table.capacity:
+            if table.used[i] and (best < 0 or ticks_diff(self.wf_time[best], self.wf_time[i]) > 0):
+                best = i
+            i += 1
+        return best
+
+    # ---- timers -----------------------------------------------------------
+    def tick(self, now):
+        self.now = now
+        tree = self.tree
+        tree.tick(now)
+        self._tree_changed(now)
+        # keepalives and dead peers
+        p = 1
+        while p < len(self.up):
+            if self.up[p]:
+                if ticks_diff(now, self.last_rx[p]) >= DEAD_MS:
+                    self.event("peer_dead", self.port_key[p])
+                    self._kill(p, "dead")
+                elif ticks_diff(now, self.last_tx[p]) >= KEEPALIVE_MS:
+                    n = wire.encode_keepalive(self.buf)
+                    self._tx(p, self.buf, n)
+            p += 1
+        sn = self.snake
+        if ticks_diff(now, sn.last_maintain) >= MAINTAIN_INTERVAL_MS:
+            sn.last_maintain = now
+            sn.maintain(now)
+        if ticks_diff(now, sn.last_bootstrap) >= BOOTSTRAP_INTERVAL_MS or (
+                self.bootstrap_soon and ticks_diff(now, sn.last_bootstrap) >= 500):
+            sn.last_bootstrap = now
+            self.bootstrap_soon = False
+            nh = sn.originate_bootstrap(self.buf, now)
+            if nh:
+                self._tx(nh, self.buf, sn.fwd_len)
+        if ticks_diff(now, self.last_wakeup) >= WAKEUP_INTERVAL_MS:
+            self.last_wakeup = now
+            self._send_wakeup(0)
+
+    # ---- introspection (console, telemetry, simulator) ------------------
+    def root_key(self):
+        return bytes(self.tree.root_key())
+
+    def root_seq(self):
+        return self.tree.root_seq()
+
+    def parent_port(self):
+        return self.tree.parent
+
+    def coords(self):
+        mine, mlen = self.tree.coords_buf()
+        return wire.decode_coords(mine, 0, mlen)
+
+    def desc_key(self):
+        s = self.snake
+        return bytes(s.desc_key) if s.desc_valid else None
+
+    def peer_key(self, port):
+        return bytes(self.port_key[port]) if self.up[port] else None
+
+    def peers(self):
+        out = []
+        t = self.tree
+        p = 1
+        while p < len(self.up):
+            if self.up[p]:
+                coords = None
+                if t.ann_valid[p]:
+                    coords = wire.decode_coords(t.ann_coords[p], 0, t.ann_pclen[p])
+                out.append({
+                    "port": p,
+                    "key": _hex(self.port_key[p]),
+                    "link": LINK_NAMES[self.port_link[p]] if self.port_link[p] < 5 else str(self.port_link[p]),
+                    "root": _hex(t.ann_root[p]) if t.ann_valid[p] else None,
+                    "root_seq": t.ann_seq[p] if t.ann_valid[p] else None,
+                    "coords": coords,
+                })
+            p += 1
+        return out
+
+    def routes(self, now):
+        s = self.snake
+        t = s.routes
+        out = []
+        i = 0
+        while i < t.capacity:
+            if t.used[i]:
+                out.append({
+                    "key": _hex(t.keys[i]), "src_port": s.r_src[i], "dst_port": s.r_dst[i],
+                    "root": _hex(s.r_root[i]), "root_seq": s.r_root_seq[i],
+                    "wm_key": _hex(t.keys[i]), "wm_seq": s.r_seq[i],
+                    "age_ms": ticks_diff(now, s.r_last[i]),
+                })
+            i += 1
+        return out
+
+    def ancestors(self):
+        t = self.tree
+        if not t.parent:
+            return []
+        return [_hex(t.ann_keys[t.parent][i]) for i in range(t.ann_nhops[t.parent])]
+
+    def occupancy(self):
+        return {
+            "peers": [sum(self.up), len(self.up) - 1],
+            "routes": [self.snake.routes.count, self.snake.routes.capacity],
+            "coords": [self.ccache.count, self.ccache.capacity],
+            "sigcache": [self.sigcache.count, self.sigcache.capacity],
+            "wakeups": [self.wakeups.count, self.wakeups.capacity],
+        }
+
+    def evictions(self):
+        return {
+            "routes": self.snake.routes.evictions,
+            "coords": self.ccache.evictions,
+            "sigcache": self.sigcache.evictions,
+            "wakeups": self.wakeups.evictions,
+        }
+
+    def snapshot(self):
+        t = self.tree
+        coords = self.coords()
+        s = self.snake
+        return {
+            "key": _hex(self.key),
+            "root": _hex(t.root_key()),
+            "root_seq": t.root_seq(),
+            "parent": _hex(self.port_key[t.parent]) if t.parent else None,
+            "coords": coords,
+            "depth": len(coords),
+            "desc": _hex(s.desc_key) if s.desc_valid else None,
+            "peers": sum(self.up),
+            "routes": s.routes.count,
+        }
+
+
+def _no_tx(port, buf, n):
+    return False
+
+
+def _key_at_eq(buf, off, key):
+    i = 0
+    while i < 32:
+        if buf[off + i] != key[i]:
+            return False
+        i += 1
+    return True

@@ -1,0 +1,424 @@
+# Virtual-snake rules (seeds + PROTOCOL.md differences), one test per rule:
+# next-hop steps 1-7 with watermarks, bootstrap handling, descending updates,
+# maintenance, origination, verification policy.
+from snake import wire
+from snake.crypto import verify
+from snake.telemetry import (D_BOOTSTRAP_ROOT, D_BOOTSTRAP_REPLAY, D_BAD_SIGNATURE, D_LOOP,
+                             D_WATERMARK, D_ROUTE_TABLE_FULL)
+from routertest import Node, signer, keys_sorted, announcement, bootstrap, decode
+
+B_ = wire.T_BOOTSTRAP
+IDS = list(range(21, 31))
+K = keys_sorted(IDS)          # K[0] lowest ... K[9] highest key
+
+
+def pub(i):
+    return signer(K[i]).public
+
+
+def ba(k):
+    return bytearray(k)
+
+
+def keepalive(n, ports, t):
+    ka = bytearray(10)
+    wire.encode_keepalive(ka)
+    for p in ports:
+        n.rx(p, bytes(ka), t)
+
+
+def setup(me=4, **profile):
+    """Node K[me] whose parent (port 1) is K[7] under root K[9] (seq 1)."""
+    n = Node(K[me], **profile)
+    n.r.port_up(1, pub(7), 1, 0)
+    n.rx(1, announcement(K[9], 1, [(K[9], 3), (K[7], 1)]), 1)
+    assert n.r.parent_port() == 1
+    n.clear()
+    return n
+
+
+def add_route(n, i, src_port, seq, now=0, dst_port=0):
+    s = n.r.snake
+    slot = s.routes.insert(pub(i))
+    s.r_src[slot] = src_port
+    s.r_dst[slot] = dst_port
+    s.r_last[slot] = now
+    s.r_root[slot][:] = pub(9)
+    s.r_root_seq[slot] = 1
+    s.r_seq[slot] = seq
+    return slot
+
+
+def nh(n, dst_i, bootstrap=False, wm=None, wm_seq=0, now=10, dst=None):
+    s = n.r.snake
+    d = ba(dst if dst is not None else pub(dst_i))
+    port = s.next_hop(d, bootstrap, ba(wm) if wm is not None else wire.FULL_KEY, wm_seq, now)
+    return port, bytes(s.nh_key), s.nh_seq
+
+
+# ---- next hop ----------------------------------------------------------------
+def test_step2_traffic_for_our_own_key_is_local():
+    n = setup()
+    assert nh(n, 4)[0] == 0
+
+
+def test_step3_1_bootstrap_originator_starts_towards_root():
+    n = setup()
+    port, key, seq = nh(n, 4, bootstrap=True)
+    # root first, then refined by the ancestors below the root: K7
+    assert port == 1 and key == pub(7) and seq == 0
+
+
+def test_step3_1_not_applied_at_relays_so_a_relay_can_be_the_dead_end():
+    n = setup()
+    assert nh(n, 2, bootstrap=True)[0] == 0
+
+
+def test_step3_2_destination_above_us_goes_towards_the_root():
+    n = setup()
+    port, key, seq = nh(n, 6)
+    assert port == 1 and key == pub(7) and seq == 0
+    port, key, _ = nh(n, 8)
+    assert port == 1 and key == pub(9)
+
+
+def test_step3_3_exact_ancestor_match_for_traffic():
+    n = setup()
+    port, key, _ = nh(n, 9)
+    assert port == 1 and key == pub(9)
+
+
+def test_step4_peer_ancestor_exact_match_traffic_only():
+    n = setup()
+    n.r.port_up(2, pub(3), 1, 2)
+    n.rx(2, announcement(K[9], 1, [(K[9], 2), (K[1], 1), (K[3], 1)]), 3)
+    port, key, _ = nh(n, 1)
+    assert port == 2 and key == pub(1)
+    assert nh(n, 1, bootstrap=True)[0] == 0
+
+
+def test_step5_direct_peer_refines_the_port():
+    n = setup()
+    n.r.port_up(3, pub(9), 1, 2)
+    n.rx(3, announcement(K[9], 1, [(K[9], 6)]), 3)
+    port, key, _ = nh(n, 9)
+    assert port == 3 and key == pub(9)
+
+
+def test_step6_route_entries_give_transitive_paths_with_their_sequence():
+    n = setup()
+    n.r.port_up(2, pub(0), 1, 2)
+    add_route(n, 3, 2, 100)
+    port, key, seq = nh(n, 2)
+    assert port == 2 and key == pub(3) and seq == 100
+
+
+def test_step6_skips_expired_entries():
+    n = setup()
+    n.r.port_up(2, pub(0), 1, 2)
+    add_route(n, 3, 2, 100, now=0)
+    assert nh(n, 2, now=10000)[0] == 0
+
+
+def test_step6_skips_entries_from_the_local_port():
+    n = setup()
+    add_route(n, 3, 0, 100)
+    assert nh(n, 2)[0] == 0
+
+
+def test_step6_skips_entry_whose_watermark_key_is_higher_than_the_frames():
+    n = setup()
+    n.r.port_up(2, pub(0), 1, 2)
+    add_route(n, 3, 2, 100)
+    assert nh(n, 2, wm=pub(2), wm_seq=0)[0] == 0
+
+
+def test_step6_skips_entry_with_same_watermark_key_and_lower_sequence():
+    n = setup()
+    n.r.port_up(2, pub(0), 1, 2)
+    add_route(n, 3, 2, 100)
+    assert nh(n, 2, wm=pub(3), wm_seq=200)[0] == 0
+    assert nh(n, 2, wm=pub(3), wm_seq=50)[0] == 2
+    assert nh(n, 2, wm=pub(3), wm_seq=100)[0] == 2
+
+
+def test_step6_exact_route_match_for_traffic_not_bootstrap():
+    n = setup()
+    n.r.port_up(2, pub(0), 1, 2)
+    add_route(n, 3, 2, 100)
+    port, key, seq = nh(n, 3)
+    assert port == 2 and key == pub(3) and seq == 100
+    assert nh(n, 3, bootstrap=True)[0] == 0
+
+
+def test_step7_prefers_the_faster_link_type_to_the_same_peer():
+    n = setup()
+    n.r.port_up(2, pub(3), 1, 2)     # wifi (multicast)
+    n.r.port_up(5, pub(3), 4, 2)     # bluetooth to the same node
+    n.rx(2, announcement(K[9], 1, [(K[9], 2), (K[3], 1)]), 3)
+    n.rx(5, announcement(K[9], 1, [(K[9], 2), (K[3], 5)]), 4)
+    assert nh(n, 3)[0] == 2
+    n2 = setup()
+    n2.r.port_up(2, pub(3), 4, 2)    # bluetooth first this time
+    n2.r.port_up(5, pub(3), 1, 2)
+    n2.rx(2, announcement(K[9], 1, [(K[9], 2), (K[3], 1)]), 3)
+    n2.rx(5, announcement(K[9], 1, [(K[9], 2), (K[3], 5)]), 4)
+    assert nh(n2, 3)[0] == 5
+
+
+def test_step7_same_link_type_prefers_the_earlier_received_announcement():
+    n = setup()
+    n.r.port_up(2, pub(3), 1, 2)
+    n.r.port_up(5, pub(3), 1, 2)
+    n.rx(5, announcement(K[9], 1, [(K[9], 2), (K[3], 5)]), 3)
+    n.rx(2, announcement(K[9], 1, [(K[9], 2), (K[3], 1)]), 4)
+    assert nh(n, 3)[0] == 5
+
+
+def test_watermark_returned_is_best_key_and_sequence_even_when_zero():
+    n = setup()
+    port, key, seq = nh(n, 6, wm=pub(8), wm_seq=77)
+    assert (key, seq) == (pub(7), 0)
+
+
+# ---- bootstrap handling -----------------------------------------------------
+def rx_bootstrap(n, port, origin_i, seq, root_i=9, root_seq=1, t=10, **kw):
+    n.rx(port, bootstrap(K[origin_i], seq, K[root_i], root_seq, **kw), t)
+
+
+def test_bootstrap_dead_end_installs_route_and_descending_entry():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    rx_bootstrap(n, 2, 2, 1000, wm_key=pub(4))
+    assert n.r.desc_key() == pub(2)
+    s = n.r.snake
+    slot = s.routes.find(pub(2))
+    assert slot >= 0 and s.r_src[slot] == 2 and s.r_dst[slot] == 0 and s.r_seq[slot] == 1000
+    assert n.frames(B_) == []
+
+
+def test_bootstrap_forwarded_installs_route_with_next_hop_and_rewrites_watermark():
+    n = setup()
+    n.r.port_up(2, pub(0), 1, 2)
+    rx_bootstrap(n, 2, 5, 1000, wm_key=pub(9))
+    out = n.frames(B_, 1)
+    assert len(out) == 1
+    f = decode(out[0][1])
+    assert bytes(out[0][1][f.wm_off:f.wm_off + 32]) == pub(7) and f.wm_seq == 0
+    s = n.r.snake
+    slot = s.routes.find(pub(5))
+    assert s.r_src[slot] == 2 and s.r_dst[slot] == 1
+    assert n.r.desc_key() is None
+
+
+def test_bootstrap_with_bad_signature_is_dropped():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    rx_bootstrap(n, 2, 2, 1000, sig=b"\x01" * 64)
+    assert n.r.desc_key() is None and n.r.snake.routes.count == 0
+    assert n.r.counters.drops[D_BAD_SIGNATURE] == 1
+
+
+def test_bootstrap_with_another_root_or_root_sequence_is_dropped():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    rx_bootstrap(n, 2, 2, 1000, root_i=8)
+    rx_bootstrap(n, 2, 2, 1001, root_seq=2)
+    assert n.r.desc_key() is None and n.r.snake.routes.count == 0
+    assert n.r.counters.drops[D_BOOTSTRAP_ROOT] == 2
+
+
+def test_bootstrap_sequence_replay_check():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    rx_bootstrap(n, 2, 2, 1000)
+    rx_bootstrap(n, 2, 2, 1000, t=20)
+    rx_bootstrap(n, 2, 2, 999, t=30)
+    assert n.r.counters.drops[D_BOOTSTRAP_REPLAY] == 2
+    rx_bootstrap(n, 2, 2, 1001, t=40)
+    s = n.r.snake
+    assert s.r_seq[s.routes.find(pub(2))] == 1001 and s.desc_last == 40
+
+
+def test_bootstrap_replay_check_ignores_an_entry_for_another_root():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    slot = add_route(n, 2, 2, 5000, now=5)
+    n.r.snake.r_root[slot][:] = pub(8)
+    rx_bootstrap(n, 2, 2, 1000)
+    s = n.r.snake
+    assert s.r_seq[slot] == 1000 and s.r_root[slot] == pub(9)
+
+
+def test_descending_closer_key_replaces_farther_is_ignored():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    n.r.port_up(3, pub(3), 1, 2)
+    rx_bootstrap(n, 2, 2, 1000)
+    assert n.r.desc_key() == pub(2)
+    rx_bootstrap(n, 3, 3, 1000, t=20)
+    assert n.r.desc_key() == pub(3)
+    rx_bootstrap(n, 2, 2, 1001, t=30)
+    assert n.r.desc_key() == pub(3)
+
+
+def test_descending_refresh_from_existing_descending_node():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    rx_bootstrap(n, 2, 2, 1000, t=10)
+    rx_bootstrap(n, 2, 2, 1001, t=900)
+    s = n.r.snake
+    assert n.r.desc_key() == pub(2) and s.desc_last == 900 and s.desc_seq == 1001
+
+
+def test_descending_ignores_keys_above_ours():
+    # K8 dead-ends at the root K9: the root's descending must stay below it,
+    # but here we check a node that is the dead end for a higher key.
+    n = Node(K[9])
+    n.r.port_up(1, pub(8), 1, 0)
+    n.rx(1, bootstrap(K[8], 1000, K[9], 1), 10)
+    assert n.r.desc_key() == pub(8)
+    n2 = setup(me=4)
+    n2.r.snake._set_desc(ba(pub(2)), 1, 10, 1, 1)
+    assert not n2.r.snake._desc_would_change(ba(pub(5)), 2)
+
+
+def test_bootstrap_dropped_when_next_hop_is_the_incoming_port():
+    n = setup()
+    rx_bootstrap(n, 1, 5, 1000)       # K5 from the parent port goes back up
+    assert n.r.counters.drops[D_LOOP] == 1 and n.r.snake.routes.count == 0
+
+
+def test_bootstrap_dropped_when_new_watermark_is_worse():
+    n = setup()
+    n.r.port_up(2, pub(0), 1, 2)
+    rx_bootstrap(n, 2, 5, 1000, wm_key=pub(6))  # next hop gives K7 > K6
+    assert n.r.counters.drops[D_WATERMARK] == 1 and n.frames(B_) == []
+
+
+# ---- maintenance -------------------------------------------------------------
+def test_descending_entry_expires_after_10_seconds():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    rx_bootstrap(n, 2, 2, 1000, t=10)
+    t = 10
+    while t < 10000:
+        t += 1000
+        keepalive(n, [1, 2], t)
+        n.r.tick(t)
+    assert n.r.desc_key() == pub(2) or t >= 10010
+    keepalive(n, [1, 2], 10010)
+    n.r.tick(10010)
+    assert n.r.desc_key() is None
+    assert n.r.snake.routes.count == 0   # routes expire after 10 s too
+
+
+def test_descending_entry_removed_when_root_changes():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    rx_bootstrap(n, 2, 2, 1000, t=10)
+    n.rx(1, announcement(K[9], 2, [(K[9], 3), (K[7], 1)]), 500)
+    keepalive(n, [2], 1100)
+    n.r.tick(1100)
+    assert n.r.desc_key() is None
+
+
+def test_port_down_drops_routes_and_descending_through_it():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    n.r.port_up(3, pub(0), 1, 2)
+    rx_bootstrap(n, 2, 2, 1000)
+    rx_bootstrap(n, 3, 5, 1000)
+    assert n.r.snake.routes.count == 2
+    n.r.port_down(2, 20)
+    assert n.r.desc_key() is None and n.r.snake.routes.count == 1
+    n.r.port_down(1, 30)   # K5's route went out through the parent
+    assert n.r.snake.routes.count == 0
+
+
+# ---- origination and policy ------------------------------------------------
+def test_bootstrap_every_5_seconds_from_non_root_signed_with_increasing_sequence():
+    n = setup()
+    # joining a tree triggers one bootstrap soon (>= 500 ms after the last)
+    keepalive(n, [1], 499)
+    n.r.tick(499)
+    assert n.frames(B_) == []
+    keepalive(n, [1], 600)
+    n.r.tick(600)
+    out = n.frames(B_, 1)
+    assert len(out) == 1
+    fr = out[0][1]
+    f = decode(fr)
+    assert bytes(fr[f.dst_off:f.dst_off + 32]) == n.key
+    assert bytes(fr[f.wm_off:f.wm_off + 32]) == pub(7) and f.wm_seq == 0
+    assert bytes(fr[f.root_off:f.root_off + 32]) == pub(9) and f.root_seq == 1
+    assert verify(n.key, bytes(fr[f.signed_off:f.signed_off + f.signed_len]),
+                  bytes(fr[f.sig_off:f.sig_off + 64]))
+    seq1 = f.seq
+    # then every 5 s
+    keepalive(n, [1], 5599)
+    n.r.tick(5599)
+    assert len(n.frames(B_, 1)) == 1
+    keepalive(n, [1], 5600)
+    n.r.tick(5600)
+    out = n.frames(B_, 1)
+    assert len(out) == 2 and decode(out[1][1]).seq > seq1
+
+
+def test_root_does_not_bootstrap():
+    n = Node(K[9])
+    n.r.port_up(1, pub(8), 1, 0)
+    for t in (4000, 8000, 12000):
+        keepalive(n, [1], t)
+        n.r.tick(t)
+    assert n.frames(B_) == []
+
+
+def test_verify_policy_on_change_skips_refreshes_of_a_verified_path():
+    n = setup(bootstrap_verify="on-change")
+    n.r.port_up(2, pub(2), 1, 2)
+    c = n.r.counters
+    d0 = c.verify_done
+    rx_bootstrap(n, 2, 2, 1000)
+    assert c.verify_done == d0 + 1
+    rx_bootstrap(n, 2, 2, 1001, t=20)
+    assert c.verify_done == d0 + 1 and c.verify_skipped == 1
+    # a forged refresh is not checked under on-change (documented trade-off)
+    rx_bootstrap(n, 2, 2, 1002, t=30, sig=b"\x00" * 64)
+    assert c.verify_skipped == 2
+    # but a new source port is verified, and a forgery rejected
+    n.r.port_up(3, pub(1), 1, 2)
+    rx_bootstrap(n, 3, 2, 1003, t=40, sig=b"\x00" * 64)
+    assert c.drops[D_BAD_SIGNATURE] == 1
+
+
+def test_verify_policy_off_verifies_nothing():
+    n = setup(bootstrap_verify="off")
+    n.r.port_up(2, pub(2), 1, 2)
+    c = n.r.counters
+    d0 = c.verify_done
+    rx_bootstrap(n, 2, 2, 1000)
+    rx_bootstrap(n, 2, 2, 1001, t=20)
+    assert c.verify_done == d0 and c.verify_skipped == 2
+    assert n.r.desc_key() == pub(2)
+
+
+def test_routing_table_never_exceeds_capacity_under_bootstrap_flood():
+    n = setup(max_routes=4, bootstrap_verify="off")
+    n.r.port_up(2, pub(0), 1, 2)
+    for i in range(40):
+        # synthetic origin keys all below ours: each dead-ends here
+        k = bytearray(pub(4))
+        k[31] = (k[31] + 1) & 0xFF
+        k[30] = i
+        k[0] = max(0, k[0] - 1 - (i % 3))
+        buf = bytearray(512)
+        m = wire.encode_bootstrap(buf, bytes(k), pub(4), 0, 1000 + i, pub(9), 1, b"\x00" * 64)
+        n.rx(2, bytes(buf[:m]), 10 + i)
+    s = n.r.snake
+    c = n.r.counters
+    assert s.routes.count == 4
+    # every bootstrap beyond the first four either evicted an entry, was
+    # refused as less useful than all, or was routed back out (loop)
+    assert s.routes.evictions >= 1
+    assert s.routes.evictions + c.drops[D_ROUTE_TABLE_FULL] + c.drops[D_LOOP] == 36

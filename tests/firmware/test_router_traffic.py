@@ -1,0 +1,189 @@
+# Hybrid traffic forwarding and wakeup broadcasts (PROTOCOL.md "Traffic
+# forwarding (hybrid)" and difference 5), one test per rule.
+from snake import wire
+from snake.telemetry import (D_LOOP, D_WATERMARK, D_HOP_LIMIT, D_NO_ROUTE, D_WAKEUP_ROOT,
+                             D_WAKEUP_DUP, D_WAKEUP_HOP_LIMIT, D_BAD_SIGNATURE)
+from routertest import Node, signer, keys_sorted, announcement, decode, traffic, wakeup
+
+T_ = wire.T_TRAFFIC
+W_ = wire.T_WAKEUP
+K = keys_sorted(list(range(31, 41)))
+
+
+def pub(i):
+    return signer(K[i]).public
+
+
+def setup(me=4, **profile):
+    n = Node(K[me], **profile)
+    n.r.port_up(1, pub(7), 1, 0)
+    n.rx(1, announcement(K[9], 1, [(K[9], 3), (K[7], 1)]), 1)
+    n.clear()
+    return n
+
+
+def test_snek_traffic_for_us_is_delivered_and_source_coordinates_cached():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    n.rx(2, traffic(n.key, pub(2), b"hello", scoords=wire.encode_coords([3, 1, 5])[2:],
+                    wm_key=pub(4)), 10)
+    assert n.delivered == [(pub(2), b"hello")]
+    slot = n.r.ccache.find(pub(2))
+    assert slot >= 0 and wire.decode_coords(n.r.cc_coords[slot], 0, n.r.cc_len[slot]) == [3, 1, 5]
+
+
+def test_reply_uses_tree_routing_to_cached_coordinates():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    # K2 is a child of the root at [5]; we are at [3, 1] below K7 ([3])
+    n.rx(2, traffic(n.key, pub(2), b"ping", scoords=wire.encode_coords([5])[2:],
+                    wm_key=pub(4)), 10)
+    n.rx(2, announcement(K[9], 1, [(K[9], 5), (K[2], 2)]), 11)
+    n.clear()
+    assert n.r.send(pub(2), b"pong", 20)
+    out = n.frames(T_)
+    assert len(out) == 1 and out[0][0] == 2
+    f = decode(out[0][1])
+    assert f.dcoords_len > 0 and not f.has_wm
+    assert wire.decode_coords(out[0][1], f.dcoords_off, f.dcoords_len) == [5]
+
+
+def test_first_traffic_goes_by_snek_with_our_coordinates_and_a_real_watermark():
+    n = setup()
+    assert n.r.send(pub(8), b"x", 10)
+    (port, fr), = n.frames(T_)
+    f = decode(fr)
+    assert port == 1 and f.dcoords_len == 0 and f.has_wm
+    assert wire.decode_coords(fr, f.scoords_off, f.scoords_len) == [3, 1]
+    assert bytes(fr[f.wm_off:f.wm_off + 32]) == pub(9) and f.wm_seq == 0
+    assert f.hop_limit == 10
+
+
+def test_tree_routing_dead_end_falls_back_to_snek():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    # coordinates nobody closer than us knows: [3, 1, 9] (a child of ours we
+    # have no link to); destination key K8 is above us -> SNEK to the parent
+    n.rx(2, traffic(pub(8), pub(2), b"x", dcoords=wire.encode_coords([3, 1, 9])[2:]), 10)
+    out = n.frames(T_)
+    assert len(out) == 1 and out[0][0] == 1
+    f = decode(out[0][1])
+    assert f.dcoords_len == 0 and f.has_wm
+    assert bytes(out[0][1][f.wm_off:f.wm_off + 32]) == pub(9)
+
+
+def test_tree_routed_traffic_relayed_towards_closer_peer():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    n.rx(2, announcement(K[9], 1, [(K[9], 3), (K[7], 1), (K[4], 2), (K[2], 4)]), 3)
+    n.clear()
+    # K2's coordinates are its announcement's hop ports minus its own hop:
+    # [3, 1, 2], one hop from [3, 1, 2, 4]; we are two hops away
+    n.rx(1, traffic(pub(0), pub(9), b"x", dcoords=wire.encode_coords([3, 1, 2, 4])[2:]), 10)
+    out = n.frames(T_)
+    assert len(out) == 1 and out[0][0] == 2
+
+
+def test_traffic_dropped_when_next_hop_is_the_incoming_port():
+    n = setup()
+    n.rx(1, traffic(pub(9), pub(0), b"x", wm_key=wire.FULL_KEY), 10)
+    assert n.r.counters.drops[D_LOOP] == 1 and n.frames(T_) == []
+
+
+def test_traffic_dropped_when_new_watermark_is_worse():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    n.rx(2, traffic(pub(6), pub(2), b"x", wm_key=pub(5)), 10)
+    assert n.r.counters.drops[D_WATERMARK] == 1 and n.frames(T_) == []
+
+
+def test_hop_limit_decremented_by_relays_and_dropped_at_one():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    expired = []
+    n.r.expired = lambda buf, f: expired.append(bytes(buf[f.src_off:f.src_off + 32]))
+    n.rx(2, traffic(pub(8), pub(2), b"x", hop_limit=5), 10)
+    (port, fr), = n.frames(T_)
+    assert port == 1 and fr[7] == 4
+    n.clear()
+    n.rx(2, traffic(pub(8), pub(2), b"x", hop_limit=1), 20)
+    assert n.frames(T_) == [] and n.r.counters.drops[D_HOP_LIMIT] == 1
+    assert expired == [pub(2)]
+
+
+def test_traffic_to_unknown_key_at_dead_end_is_counted_not_delivered():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    # the key right below ours: nobody has it, and we are its closest node
+    k = (int.from_bytes(pub(4), "big") - 1).to_bytes(32, "big")
+    n.rx(2, traffic(k, pub(2), b"x", wm_key=wire.FULL_KEY), 10)
+    assert n.delivered == [] and n.r.counters.drops[D_NO_ROUTE] == 1
+
+
+# ---- wakeups -------------------------------------------------------------
+def test_new_peer_gets_our_own_wakeup_only_on_its_first_announcement():
+    m = Node(K[4])
+    m.r.port_up(1, pub(7), 1, 0)
+    m.r.port_up(2, pub(2), 1, 0)
+    m.rx(1, announcement(K[9], 1, [(K[9], 3), (K[7], 1)]), 1)
+    w = m.frames(W_)
+    assert len(w) == 1 and w[0][0] == 1 and w[0][1][7] == 5
+    m.rx(1, announcement(K[9], 1, [(K[9], 3), (K[7], 1)]), 2)
+    assert len(m.frames(W_)) == 1
+
+
+def test_wakeup_relayed_with_hop_limit_decremented_not_back():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    n.r.port_up(3, pub(3), 1, 2)
+    n.clear()
+    n.rx(2, wakeup(K[0], 5000, K[9], 1, hop_limit=5), 10)
+    out = n.frames(W_)
+    assert sorted(p for p, _ in out) == [1, 3]
+    assert all(fr[7] == 4 for _, fr in out)
+
+
+def test_wakeup_filters_before_verifying():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    c = n.r.counters
+    n.rx(2, wakeup(K[0], 5000, K[8], 1), 10)
+    assert c.drops[D_WAKEUP_ROOT] == 1
+    n.rx(2, wakeup(K[0], 5000, K[9], 1, hop_limit=1), 10)
+    assert c.drops[D_WAKEUP_HOP_LIMIT] == 1
+    done = c.verify_done
+    n.rx(2, wakeup(K[0], 5000, K[9], 1), 20)
+    assert c.verify_done == done + 1
+    # a storm from the same origin within 30 s costs no verification
+    for i in range(20):
+        n.rx(2, wakeup(K[0], 5001 + i, K[9], 1), 30 + i)
+    n.rx(2, wakeup(K[0], 4000, K[9], 1), 40000)  # old sequence
+    assert c.verify_done == done + 1 and c.drops[D_WAKEUP_DUP] == 21
+    n.rx(2, wakeup(K[0], 9000, K[9], 1), 40000)
+    assert c.verify_done == done + 2
+
+
+def test_wakeup_with_bad_signature_is_dropped():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    n.clear()
+    n.rx(2, wakeup(K[0], 5000, K[9], 1, sig=b"\x07" * 64), 10)
+    assert n.r.counters.drops[D_BAD_SIGNATURE] == 1 and n.frames(W_) == []
+
+
+def test_own_wakeup_flooded_every_60_seconds():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    ka = bytearray(10)
+    wire.encode_keepalive(ka)
+    t = 0
+    while t < 60000:
+        t += 2000
+        n.rx(1, bytes(ka), t)
+        n.rx(2, bytes(ka), t)
+        n.clear()
+        n.r.tick(t)
+    out = n.frames(W_)
+    assert sorted(p for p, _ in out) == [1, 2]
+    f = decode(out[0][1])
+    assert bytes(out[0][1][f.src_off:f.src_off + 32]) == n.key and f.hop_limit == 5
