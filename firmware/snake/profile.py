@@ -3,7 +3,7 @@
 # Capacities are fixed at boot; nothing in the router grows past them.
 import json
 
-# Defaults = the unix-port host profile. Each key is documented in
+# Defaults = a host profile (simulator, CPython): deep trees allowed. Each key is documented in
 # boards/README.md; unknown keys in a profile file are an error so that a
 # typo does not silently fall back to a default.
 DEFAULTS = {
@@ -16,13 +16,14 @@ DEFAULTS = {
     "max_routes": 64,         # snake routing table entries
     "coord_cache": 32,        # cached source coordinates for tree replies
     "sig_cache": 64,          # verified-signature cache entries
-    "max_hops": 16,           # deepest tree announcement accepted (hops)
-    "frame_max": 2048,        # largest frame accepted/sent, bytes
+    "max_hops": 64,           # deepest tree announcement accepted (hops)
+    "frame_max": 8192,        # largest frame accepted/sent, bytes
     "wifi_queue": 16,         # frames queued per Wi-Fi port
     "ble_queue": 4,           # frames queued per BLE port
     "wakeup_filter": 32,      # per-origin wakeup de-duplication entries
     "bootstrap_verify": "all",  # all | on-change | off
     "hop_limiting": True,     # relays decrement traffic hop limit
+    "traffic_hop_limit": 64,  # hop limit of traffic we originate (reference: 10)
     "multicast": True,        # send/hear LAN beacons
     "listen_port": 0,         # TCP listener port (0 = any free port)
     "console": True,          # serial console on stdin/stdout
@@ -54,6 +55,8 @@ class Profile:
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1:
                 raise ProfileError("profile %s must be a positive integer" % k)
+        if not isinstance(self.traffic_hop_limit, int) or not 2 <= self.traffic_hop_limit <= 255:
+            raise ProfileError("profile traffic_hop_limit must be within 2..255")
         if self.frame_max > 65535 or self.frame_max < 256:
             raise ProfileError("profile frame_max must be within 256..65535")
         if self.bootstrap_verify not in VERIFY_POLICIES:

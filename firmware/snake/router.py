@@ -17,7 +17,7 @@ from snake.snek import Snake, worse, FULL_KEY, BOOTSTRAP_INTERVAL_MS, MAINTAIN_I
 from snake.telemetry import (Counters, D_MALFORMED, D_OVERSIZE, D_UNKNOWN_PORT,
                              D_UNKNOWN_TYPE, D_HOP_LIMIT, D_LOOP, D_WATERMARK, D_NO_ROUTE,
                              D_QUEUE_FULL, D_BAD_SIGNATURE, D_WAKEUP_ROOT, D_WAKEUP_DUP,
-                             D_WAKEUP_HOP_LIMIT, D_SANITY)
+                             D_WAKEUP_HOP_LIMIT, D_SANITY, D_TOO_DEEP)
 
 VERSION = "0.1.0"
 
@@ -55,6 +55,7 @@ class Router:
         self.sigcache = SigCache(profile.sig_cache)
         self.verify_policy = profile.bootstrap_verify
         self.hop_limiting = profile.hop_limiting
+        self.traffic_hop_limit = profile.traffic_hop_limit
         self.frame_max = profile.frame_max
         self.tree = Tree(self, profile)
         self.snake = Snake(self, profile)
@@ -192,6 +193,11 @@ class Router:
             if e.reason == "type":
                 c.drops[D_UNKNOWN_TYPE] += 1
                 return
+            if e.reason == "too_many_hops":
+                # deeper than this profile can store: not an attack, so the
+                # peer stays up, but its announcement is unusable to us
+                c.drops[D_TOO_DEEP] += 1
+                return
             c.drops[D_MALFORMED] += 1
             if n > 5 and buf[5] == wire.T_ANNOUNCEMENT:
                 # a malformed announcement fails the "well formed" sanity check
@@ -315,10 +321,15 @@ class Router:
             i += 1
         return best
 
-    def send(self, dst, payload, now, hop_limit=wire.HOP_LIMIT_TRAFFIC):
+    def send(self, dst, payload, now, hop_limit=0):
         """Originate application traffic to key `dst`. Tree routing when we
-        have the destination's coordinates cached, else SNEK."""
+        have the destination's coordinates cached, else SNEK. hop_limit 0
+        means the profile's traffic_hop_limit: snakemesh relays decrement
+        the hop limit, so it must cover the longest SNEK path (the
+        reference originates 10 and its relays leave it untouched)."""
         self.now = now
+        if hop_limit <= 0:
+            hop_limit = self.traffic_hop_limit
         c = self.counters
         buf = self.buf
         f = self.f

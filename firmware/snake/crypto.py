@@ -1,0 +1,318 @@
+# ed25519 for the router: one API over the fastest backend present.
+#
+#   BACKEND                  "native" | "nacl" | "cryptography" | "python"
+#   Signer(seed32)           .public -> bytes(32); .sign(msg) -> bytes(64)
+#   public_key(seed32)       -> bytes(32)
+#   verify(pub, msg, sig)    -> bool, never raises on malformed input
+#   SigCache(capacity)       .verify(pub, msg, sig): cached on success
+#   use_backend(name)        switch backend (tests, benchmarks)
+#   available_backends()     names usable on this interpreter, fastest first
+#
+# Backends, fastest first:
+#   native        a C module `snakemesh_ed25519` frozen into a custom firmware
+#                 image: public_key(seed), sign(seed, msg), verify(pub, msg, sig)
+#   nacl          PyNaCl (libsodium), CPython
+#   cryptography  pyca/cryptography (OpenSSL), CPython
+#   python        lib/ed25519.py (pure Python, runs on MicroPython)
+# The environment variable SNAKEMESH_CRYPTO_BACKEND (where os.getenv exists)
+# picks a backend at import, e.g. to run the simulator on the python backend.
+#
+# All backends sign identically (ed25519 is deterministic). Verification
+# rules: nacl and python reject the same inputs (libsodium's rules: S >= L,
+# non-canonical or small-order A or R); cryptography (OpenSSL) may accept a
+# few crafted small-order keys the others reject. Honest signatures verify
+# everywhere.
+import hashlib
+
+from snake import platform
+
+_NAMES = ("native", "nacl", "cryptography", "python")
+
+
+def _sub(mod, path):
+    # try_import("a.b.c") returns package a; walk to a.b.c
+    for part in path.split(".")[1:]:
+        mod = getattr(mod, part, None)
+        if mod is None:
+            return None
+    return mod
+
+
+def _ok_bytes(b, n):
+    return isinstance(b, (bytes, bytearray, memoryview)) and len(b) == n
+
+
+# ---------------------------------------------------------------- backends
+# Each backend is (make_signer, verify): make_signer(seed) -> (public, sign).
+
+def _load_native():
+    mod = platform.try_import("snakemesh_ed25519")
+    if mod is None:
+        return None
+
+    def make(seed):
+        seed = bytes(seed)
+        pub = bytes(mod.public_key(seed))
+
+        def sign(msg):
+            return bytes(mod.sign(seed, msg))
+        return pub, sign
+
+    def verify(pub, msg, sig):
+        return bool(mod.verify(pub, msg, sig))
+    return make, verify
+
+
+def _load_nacl():
+    signing = _sub(platform.try_import("nacl.signing"), "nacl.signing")
+    if signing is None:
+        return None
+
+    def make(seed):
+        key = signing.SigningKey(bytes(seed))
+
+        def sign(msg):
+            return key.sign(bytes(msg)).signature
+        return bytes(key.verify_key), sign
+
+    def verify(pub, msg, sig):
+        try:
+            signing.VerifyKey(bytes(pub)).verify(bytes(msg), bytes(sig))
+            return True
+        except Exception:
+            return False
+    return make, verify
+
+
+def _load_cryptography():
+    path = "cryptography.hazmat.primitives.asymmetric.ed25519"
+    ed = _sub(platform.try_import(path), path)
+    ser = _sub(platform.try_import("cryptography.hazmat.primitives.serialization"),
+               "cryptography.hazmat.primitives.serialization")
+    if ed is None or ser is None:
+        return None
+    raw = ser.Encoding.Raw
+    rawpub = ser.PublicFormat.Raw
+
+    def make(seed):
+        key = ed.Ed25519PrivateKey.from_private_bytes(bytes(seed))
+        pub = key.public_key().public_bytes(raw, rawpub)
+
+        def sign(msg):
+            return key.sign(bytes(msg))
+        return pub, sign
+
+    def verify(pub, msg, sig):
+        try:
+            ed.Ed25519PublicKey.from_public_bytes(bytes(pub)).verify(bytes(sig), bytes(msg))
+            return True
+        except Exception:
+            return False
+    return make, verify
+
+
+def _load_python():
+    ed = platform.try_import("ed25519")
+    if ed is None:
+        return None
+
+    def make(seed):
+        key = ed.SigningKey(bytes(seed))
+        return key.public, key.sign
+    return make, ed.verify
+
+
+_LOADERS = {
+    "native": _load_native,
+    "nacl": _load_nacl,
+    "cryptography": _load_cryptography,
+    "python": _load_python,
+}
+_loaded = {}
+
+
+def _get(name):
+    if name not in _loaded:
+        loader = _LOADERS.get(name)
+        _loaded[name] = loader() if loader else None
+    return _loaded[name]
+
+
+def available_backends():
+    """Backend names that load on this interpreter, fastest first."""
+    return [n for n in _NAMES if _get(n) is not None]
+
+
+BACKEND = None
+_make = None
+_verify = None
+
+
+def use_backend(name):
+    """Switch every later Signer/verify/SigCache to backend `name`.
+    Raises ValueError when it is unknown or not available here."""
+    global BACKEND, _make, _verify
+    impl = _get(name)
+    if impl is None:
+        raise ValueError("crypto backend not available: %s" % name)
+    BACKEND = name
+    _make, _verify = impl
+    return name
+
+
+def _pick():
+    want = None
+    try:
+        import os
+        want = os.getenv("SNAKEMESH_CRYPTO_BACKEND")
+    except Exception:
+        want = None
+    if want:
+        use_backend(want)
+        return
+    for n in _NAMES:
+        if _get(n) is not None:
+            use_backend(n)
+            return
+    raise ImportError("no ed25519 backend (lib/ed25519.py missing from sys.path)")
+
+
+_pick()
+
+
+# ---------------------------------------------------------------- API
+
+class Signer:
+    """Signs with one seed; caches the expanded secret and the public key."""
+
+    def __init__(self, seed):
+        if not _ok_bytes(seed, 32):
+            raise ValueError("seed must be 32 bytes")
+        self.backend = BACKEND
+        self.public, self._sign = _make(seed)
+
+    def sign(self, msg):
+        return self._sign(msg)
+
+
+def public_key(seed):
+    return Signer(seed).public
+
+
+def verify(pub, msg, sig):
+    """True iff sig is pub's valid signature of msg. Never raises."""
+    if not (_ok_bytes(pub, 32) and _ok_bytes(sig, 64)):
+        return False
+    if not isinstance(msg, (bytes, bytearray, memoryview)):
+        return False
+    try:
+        return _verify(pub, msg, sig) is True
+    except Exception:
+        return False
+
+
+class SigCache:
+    """Fixed-capacity cache of verified (pub, msg, sig) triples.
+
+    An entry is the first 16 bytes of sha256(pub | msg | sig) (pub and sig
+    have fixed lengths, so the concatenation is unambiguous), so a signature
+    reused over another message or key is a different entry. Only successful
+    verifications are cached. Storage is preallocated: one bytearray of
+    capacity * 16 digest bytes, a list of 30-bit tags (small ints on every
+    port) for a C-level scan, and a reference bit per entry for CLOCK
+    eviction (a hit sets the bit; the hand clears bits and evicts the first
+    entry whose bit is clear).
+
+    Counters: hits, misses (backend verifications), failures (misses that did
+    not verify), evictions, count, capacity."""
+
+    def __init__(self, capacity):
+        capacity = int(capacity)
+        if capacity < 1:
+            raise ValueError("SigCache capacity must be >= 1")
+        self.capacity = capacity
+        self.count = 0
+        self.hits = 0
+        self.misses = 0
+        self.failures = 0
+        self.evictions = 0
+        self._dig = bytearray(capacity * 16)
+        self._tags = [-1] * capacity
+        self._ref = bytearray(capacity)
+        self._hand = 0
+
+    def _find(self, d, tag):
+        tags = self._tags
+        n = tags.count(tag)
+        i = 0
+        dig = self._dig
+        while n:
+            i = tags.index(tag, i)
+            o = i * 16
+            j = 0
+            while j < 16 and dig[o + j] == d[j]:
+                j += 1
+            if j == 16:
+                return i
+            i += 1
+            n -= 1
+        return -1
+
+    def _slot(self):
+        cap = self.capacity
+        if self.count < cap:
+            s = self.count
+            self.count += 1
+            return s
+        ref = self._ref
+        h = self._hand
+        while ref[h]:
+            ref[h] = 0
+            h += 1
+            if h == cap:
+                h = 0
+        nxt = h + 1
+        self._hand = 0 if nxt == cap else nxt
+        self.evictions += 1
+        return h
+
+    def verify(self, pub, msg, sig):
+        """Like crypto.verify, answering from the cache when this exact triple
+        verified before. Never raises."""
+        if not (_ok_bytes(pub, 32) and _ok_bytes(sig, 64)):
+            return False
+        if not isinstance(msg, (bytes, bytearray, memoryview)):
+            return False
+        h = hashlib.sha256(pub)
+        h.update(msg)
+        h.update(sig)
+        d = h.digest()
+        tag = (d[0] << 22) | (d[1] << 14) | (d[2] << 6) | (d[3] >> 2)
+        i = self._find(d, tag)
+        if i >= 0:
+            self.hits += 1
+            self._ref[i] = 1
+            return True
+        self.misses += 1
+        if not verify(pub, msg, sig):
+            self.failures += 1
+            return False
+        s = self._slot()
+        o = s * 16
+        dig = self._dig
+        j = 0
+        while j < 16:
+            dig[o + j] = d[j]
+            j += 1
+        self._tags[s] = tag
+        self._ref[s] = 0
+        return True
+
+    def clear(self):
+        self.count = 0
+        self._hand = 0
+        i = 0
+        while i < self.capacity:
+            self._tags[i] = -1
+            self._ref[i] = 0
+            i += 1
