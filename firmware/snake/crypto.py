@@ -113,8 +113,8 @@ def _load_cryptography():
 
 def _load_python():
     ed = platform.try_import("ed25519")
-    if ed is None:
-        return None
+    if getattr(ed, "IMPLEMENTATION", None) != "snakemesh-ed25519":
+        return None  # missing, or another package named ed25519 shadows lib/
 
     def make(seed):
         key = ed.SigningKey(bytes(seed))

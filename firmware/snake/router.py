@@ -207,17 +207,22 @@ class Router:
             return
         t = f.type
         c.rx[t] += 1
-        if t == wire.T_TRAFFIC:
-            self._traffic(port, buf, n, f, now)
-        elif t == wire.T_BOOTSTRAP:
-            nh = self.snake.handle_bootstrap(port, buf, n, f, now)
-            if nh > 0:
-                self._tx(nh, buf, self.snake.fwd_len)
-        elif t == wire.T_ANNOUNCEMENT:
-            self._announcement(port, buf, n, f, now)
-        elif t == wire.T_WAKEUP:
-            self._wakeup(port, buf, n, f, now)
-        # keepalive: nothing but the last_rx update above
+        try:
+            if t == wire.T_TRAFFIC:
+                self._traffic(port, buf, n, f, now)
+            elif t == wire.T_BOOTSTRAP:
+                nh = self.snake.handle_bootstrap(port, buf, n, f, now)
+                if nh > 0:
+                    self._tx(nh, buf, self.snake.fwd_len)
+            elif t == wire.T_ANNOUNCEMENT:
+                self._announcement(port, buf, n, f, now)
+            elif t == wire.T_WAKEUP:
+                self._wakeup(port, buf, n, f, now)
+            # keepalive: nothing but the last_rx update above
+        except wire.WireError:
+            # a rewrite that would not fit the receive buffer (watermark
+            # sequence or coordinates growing past it): drop, never crash
+            c.drops[D_OVERSIZE] += 1
 
     def _announcement(self, port, buf, n, f, now):
         reason = self.tree.sanity_check(port, buf, f)

@@ -1,0 +1,158 @@
+# lib/sha512.py against FIPS 180-4 known answers, under CPython and
+# MicroPython. (Random data against hashlib.sha512: tests/host/
+# test_crypto_backends.py.)
+import binascii
+
+import sha512
+
+H = binascii.hexlify
+U = binascii.unhexlify
+
+# FIPS 180-4 / NIST CSRC example values for SHA-512
+ABC = ("ddaf35a193617abacc417349ae20413112e6fa4e89a97ea20a9eeee64b55d39a"
+       "2192992a274fc1a836ba3c23a3feebbd454d4423643ce80e2a9ac94fa54ca49f")
+EMPTY = ("cf83e1357eefb8bdf1542850d66d8007d620e4050b5715dc83f4a921d36ce9ce"
+         "47d0d13c5d85f2b0ff8318d2877eec2f63b931bd47417a81a538327af927da3e")
+TWO_BLOCK_MSG = (b"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmn"
+                 b"hijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu")
+TWO_BLOCK = ("8e959b75dae313da8cf4f72814fc143f8f7779c6eb9f7fa17299aeadb6889018"
+             "501d289e4900f7e4331b99dec4b5433ac7d329eeb6dd26545e96e55b874be909")
+MILLION_A = ("e718483d0ce769644e2e42c7bc15b4638e1f98b13b2044285632a803afa973eb"
+             "de0ff244877ea60a4cb0432ce577c31beb009c5c2c49aa2e4eadb217ad8cc09b")
+# 1000 bytes (i*7+3) & 255: digest from CPython's hashlib.sha512 (OpenSSL);
+# test_thousand_bytes re-checks it against hashlib where hashlib has sha512.
+THOUSAND = ("00e36fccf193e59697a92b5ab24666ce6326d7fa16bf10832d0991ddc591112e"
+            "9dfa6a636950ed9c4d67344a760654c2ff7785e1d60094d651038735b5dccabd")
+
+
+def pattern(n):
+    return bytes([(i * 7 + 3) & 255 for i in range(n)])
+
+
+def test_abc():
+    assert H(sha512.digest(b"abc")).decode() == ABC
+    assert sha512.sha512(b"abc").hexdigest() == ABC
+
+
+def test_empty():
+    assert H(sha512.digest(b"")).decode() == EMPTY
+    assert sha512.sha512().hexdigest() == EMPTY
+
+
+def test_896_bit_two_block_message():
+    assert len(TWO_BLOCK_MSG) == 112  # padding spills into a second block
+    assert H(sha512.digest(TWO_BLOCK_MSG)).decode() == TWO_BLOCK
+    assert sha512.sha512(TWO_BLOCK_MSG).hexdigest() == TWO_BLOCK
+
+
+def test_million_a_streamed():
+    h = sha512.sha512()
+    chunk = b"a" * 1000
+    for _ in range(1000):
+        h.update(chunk)
+    assert h.hexdigest() == MILLION_A
+
+
+def test_thousand_bytes():
+    data = pattern(1000)
+    assert H(sha512.digest(data)).decode() == THOUSAND
+    try:
+        from hashlib import sha512 as ref
+    except ImportError:
+        ref = None
+    if ref is not None:
+        assert ref(data).hexdigest() == THOUSAND
+
+
+def test_incremental_equals_one_shot_at_block_boundaries():
+    for n in (0, 1, 63, 64, 111, 112, 113, 127, 128, 129, 239, 240, 255, 256, 257, 300):
+        data = pattern(n)
+        want = sha512.digest(data)
+        # byte by byte
+        h = sha512.sha512()
+        for i in range(n):
+            h.update(data[i:i + 1])
+        assert h.digest() == want, n
+        # uneven chunks, mixed buffer types
+        h = sha512.sha512()
+        pos = 0
+        step = 1
+        while pos < n:
+            part = data[pos:pos + step]
+            h.update(bytearray(part) if step & 1 else memoryview(part))
+            pos += step
+            step = step * 3 + 1
+        assert h.digest() == want, n
+
+
+def test_lengths_differ_and_digest_is_64_bytes():
+    seen = set()
+    for n in range(0, 260, 7):
+        d = sha512.digest(pattern(n))
+        assert len(d) == 64
+        seen.add(d)
+    assert len(seen) == len(range(0, 260, 7))
+
+
+def test_digest_does_not_finalize_and_copy_is_independent():
+    h = sha512.sha512(b"ab")
+    first = h.digest()
+    assert h.digest() == first
+    c = h.copy()
+    h.update(b"c")
+    assert h.hexdigest() == ABC
+    assert c.digest() == first
+    c.update(b"c")
+    assert c.hexdigest() == ABC
+    assert h.digest_size == 64 and h.block_size == 128 and h.name == "sha512"
+
+
+def _icbrt(x):
+    lo = 0
+    hi = 1
+    while hi * hi * hi <= x:
+        hi *= 2
+    while hi - lo > 1:
+        m = (lo + hi) // 2
+        if m * m * m <= x:
+            lo = m
+        else:
+            hi = m
+    return lo
+
+
+def _isqrt(x):
+    lo = 0
+    hi = 1
+    while hi * hi <= x:
+        hi *= 2
+    while hi - lo > 1:
+        m = (lo + hi) // 2
+        if m * m <= x:
+            lo = m
+        else:
+            hi = m
+    return lo
+
+
+def test_constants_derive_from_primes():
+    # FIPS 180-4 4.2.3 / 5.3.5: fractional parts of cube roots (K) and square
+    # roots (H0) of the first primes, 64 bits each.
+    primes = []
+    c = 2
+    while len(primes) < 80:
+        ok = True
+        for q in primes:
+            if c % q == 0:
+                ok = False
+                break
+        if ok:
+            primes.append(c)
+        c += 1
+    mask = (1 << 64) - 1
+    for t in range(80):
+        k = _icbrt(primes[t] << 192) & mask
+        assert sha512._KH[t] == k >> 32 and sha512._KL[t] == k & 0xffffffff, t
+    for t in range(8):
+        h = _isqrt(primes[t] << 128) & mask
+        assert sha512._IV[2 * t] == h >> 32 and sha512._IV[2 * t + 1] == h & 0xffffffff, t
