@@ -294,8 +294,11 @@ class Tree:
         """Tree next hop towards the encoded coordinates buf[doff:doff+dlen]:
         a peer strictly closer than us (ties: earliest received
         announcement); 0 when none. Sets self.dist to our own distance."""
-        mine, mlen = self.coords_buf()
-        ours = wire.coords_distance(mine, 0, mlen, buf, doff, dlen)
+        p = self.parent   # (no tuple from coords_buf(): hot path, no allocation)
+        if p:
+            ours = wire.coords_distance(self.ann_coords[p], 0, self.ann_clen[p], buf, doff, dlen)
+        else:
+            ours = wire.coords_distance(self.ann_coords[0], 0, 0, buf, doff, dlen)
         self.dist = ours
         if ours == 0:
             return 0
