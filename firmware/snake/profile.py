@@ -55,6 +55,8 @@ class Profile:
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1:
                 raise ProfileError("profile %s must be a positive integer" % k)
+        if self.max_peers > 255:
+            raise ProfileError("profile max_peers must be at most 255")
         if not isinstance(self.traffic_hop_limit, int) or not 2 <= self.traffic_hop_limit <= 255:
             raise ProfileError("profile traffic_hop_limit must be within 2..255")
         if self.frame_max > 65535 or self.frame_max < 256:

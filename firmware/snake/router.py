@@ -61,7 +61,7 @@ class Router:
         self.snake = Snake(self, profile)
         # coordinate cache: source key -> encoded coordinates (tree replies)
         self.ccache = Table(profile.coord_cache, victim=self._cc_victim)
-        self.cc_coords = [bytearray(10 * H) for _ in range(profile.coord_cache)]
+        self.cc_coords = [bytearray(3 * H) for _ in range(profile.coord_cache)]
         self.cc_len = [0] * profile.coord_cache
         self.cc_time = [0] * profile.coord_cache
         # wakeup filter: origin key -> last sequence and time
@@ -71,11 +71,11 @@ class Router:
         self.wk_seq = 0
         self.f = wire.Frame(H)
         self.buf = bytearray(profile.frame_max)
-        self.k_src = bytearray(32)
         self.k_dst = bytearray(32)
         self.k_wm = bytearray(32)
         self.last_root = bytearray(32)
         copy_into(self.last_root, 0, self.key, 0, 32)
+        self.root_obj = self.key      # bytes of the current root key
         self.last_root_seq = 1
         self.last_parent = 0
         self.now = now
@@ -225,6 +225,9 @@ class Router:
             c.drops[D_OVERSIZE] += 1
 
     def _announcement(self, port, buf, n, f, now):
+        if n > len(self.tree.ann_raw[port]) or not self.tree.fits(f):
+            self.counters.drops[D_TOO_DEEP] += 1
+            return
         reason = self.tree.sanity_check(port, buf, f)
         if reason is not None:
             self.counters.drops[D_SANITY] += 1
@@ -242,6 +245,7 @@ class Router:
         rseq = tree.root_seq()
         if root != self.last_root:
             copy_into(self.last_root, 0, root, 0, 32)
+            self.root_obj = bytes(root)
             self.last_root_seq = rseq
             self.ccache.clear()  # coordinates are only valid under one root
             self.event("root_changed", root)
@@ -305,7 +309,9 @@ class Router:
         c = self.counters
         c.delivered += 1
         # remember the sender's coordinates for replies by tree routing
-        slot = self.ccache.insert_at(buf, f.src_off)
+        slot = -1
+        if f.scoords_len <= len(self.cc_coords[0]):
+            slot = self.ccache.insert_at(buf, f.src_off)
         if slot >= 0:
             copy_into(self.cc_coords[slot], 0, buf, f.scoords_off, f.scoords_len)
             self.cc_len[slot] = f.scoords_len
@@ -527,7 +533,8 @@ class Router:
         t = self.tree
         if not t.parent:
             return []
-        return [_hex(t.ann_keys[t.parent][i]) for i in range(t.ann_nhops[t.parent])]
+        keys = t.ancestors()
+        return [_hex(keys[i]) for i in range(t.par_n)]
 
     def occupancy(self):
         return {

@@ -34,10 +34,12 @@ class Snake:
         self.r = router
         cap = profile.max_routes
         self.routes = Table(cap, victim=self._victim)
-        self.r_src = [0] * cap          # port the bootstrap came from
-        self.r_dst = [0] * cap          # port we forwarded it to (0: dead end)
+        self.r_src = bytearray(cap)     # port the bootstrap came from
+        self.r_dst = bytearray(cap)     # port we forwarded it to (0: dead end)
         self.r_last = [0] * cap         # ticks when last refreshed
-        self.r_root = [bytearray(32) for _ in range(cap)]
+        # root key per route: a reference to the router's bytes object of
+        # the root current at install time (shared, never copied)
+        self.r_root = [b""] * cap
         self.r_root_seq = [0] * cap
         self.r_seq = [0] * cap          # bootstrap sequence = watermark sequence
         # descending entry (next-lower key in the snake)
@@ -127,8 +129,8 @@ class Snake:
                 best_port = parent
                 best_seq = 0
             # 3.3 our ancestors
-            keys = tree.ann_keys[parent]
-            n = tree.ann_nhops[parent]
+            keys = tree.ancestors()
+            n = tree.par_n
             i = 0
             while i < n:
                 a = keys[i]
@@ -144,17 +146,20 @@ class Snake:
         # 4. our peers' ancestors (exact match of the destination only)
         if not bootstrap:
             p = 1
+            d0 = dst[0]
             while p < np:
-                if ports[p] and tree.ann_valid[p]:
-                    keys = tree.ann_keys[p]
+                if ports[p] and tree.ann_valid[p] and best_key != dst:
+                    raw = tree.ann_raw[p]
+                    offs = tree.ann_hk[p]
                     n = tree.ann_nhops[p]
                     i = 0
                     while i < n:
-                        a = keys[i]
-                        if a == dst and best_key != dst:
-                            best_key = a
+                        o = offs[i]
+                        if raw[o] == d0 and _eq_key_at(dst, raw, o):
+                            best_key = dst
                             best_port = p
                             best_seq = 0
+                            break
                         i += 1
                 p += 1
         # 5. the best key is a direct peer: use the direct link
@@ -278,7 +283,7 @@ class Snake:
         self.r_src[slot] = port
         self.r_dst[slot] = nh
         self.r_last[slot] = now
-        copy_into(self.r_root[slot], 0, self.k_root, 0, 32)
+        self.r_root[slot] = r.root_obj   # == k_root (checked above), shared
         self.r_root_seq[slot] = f.root_seq
         # PROTOCOL.md difference 3: the route's watermark is (bootstrapping
         # key, bootstrap sequence): r_seq is that sequence
@@ -365,3 +370,12 @@ class Snake:
         if self.desc_valid and self.desc_port == port:
             self.desc_valid = False
             self.r.event("desc_changed", None)
+
+
+def _eq_key_at(key, buf, off):
+    i = 0
+    while i < 32:
+        if key[i] != buf[off + i]:
+            return False
+        i += 1
+    return True

@@ -9,6 +9,7 @@
 # The Router owns ports and I/O; this class only keeps state and asks the
 # router to send announcements (router.announce_to(port) / announce_all()).
 from snake import wire
+from array import array
 from snake.platform import ticks_diff, copy_into
 
 ROOT_INTERVAL_MS = 30 * 60 * 1000   # root re-announces with seq+1
@@ -26,21 +27,30 @@ class Tree:
         H = profile.max_hops
         self.max_hops = H
         amax = profile.frame_max
+        # port 0 is the local router: its slots stay empty
         self.ann_valid = bytearray(P)
-        self.ann_root = [bytearray(32) for _ in range(P)]
+        self.ann_root = [bytearray(32 if i else 0) for i in range(P)]
         self.ann_seq = [0] * P
         self.ann_time = [0] * P
         self.ann_order = [0] * P
-        # the whole announcement frame as received (re-signed for our peers)
-        self.ann_raw = [bytearray(amax) for _ in range(P)]
+        # the whole announcement frame as received (re-signed for our peers
+        # when that peer becomes our parent)
+        self.ann_raw = [bytearray(amax if i else 0) for i in range(P)]
         self.ann_len = [0] * P
         self.ann_nhops = [0] * P
-        # ancestors (hop keys) as preallocated keys: SNEK compares them with <
-        self.ann_keys = [[bytearray(32) for _ in range(H)] for _ in range(P)]
-        # ports of all hops, encoded (varu64 each): coords if we pick this parent
-        self.ann_coords = [bytearray(10 * H) for _ in range(P)]
+        # offsets of the hop keys inside ann_raw (compared in place)
+        self.ann_hk = [array("H", [0] * (H if i else 0)) for i in range(P)]
+        # ports of all hops, encoded: our coordinates if this peer is the
+        # parent. 3 bytes per hop covers port numbers below 2^21.
+        self.cmax = 3 * H
+        self.ann_coords = [bytearray(self.cmax if i else 1) for i in range(P)]
         self.ann_clen = [0] * P      # byte length of all hop ports
         self.ann_pclen = [0] * P     # byte length without the last hop: peer's coords
+        # ancestors via the parent as preallocated keys: SNEK compares them
+        # with < on every frame, so only the parent's are kept as objects
+        self.par_keys = [bytearray(32) for _ in range(H)]
+        self.par_n = 0
+        self.par_of = -1             # (port, order) the ancestors were loaded from
         self.order = 0               # global receive order
         self.parent = 0              # 0: we are the root
         self.seq = 1                 # our root sequence (when root)
@@ -71,14 +81,35 @@ class Tree:
         return self.ann_coords[0], 0
 
     def contains(self, port, key):
-        keys = self.ann_keys[port]
+        raw = self.ann_raw[port]
+        offs = self.ann_hk[port]
         i = 0
         n = self.ann_nhops[port]
         while i < n:
-            if keys[i] == key:
+            if _eq_key_at(key, raw, offs[i]):
                 return True
             i += 1
         return False
+
+    def ancestors(self):
+        """Keys of our ancestors (the parent's announcement hops), loaded
+        into preallocated objects when the parent or its announcement
+        changes; sets self.par_n."""
+        p = self.parent
+        if p == 0 or not self.ann_valid[p]:
+            self.par_n = 0
+            return self.par_keys
+        if self.par_of != self.ann_order[p]:
+            raw = self.ann_raw[p]
+            offs = self.ann_hk[p]
+            n = self.ann_nhops[p]
+            i = 0
+            while i < n:
+                copy_into(self.par_keys[i], 0, raw, offs[i], 32)
+                i += 1
+            self.par_n = n
+            self.par_of = self.ann_order[p]
+        return self.par_keys
 
     def expired(self, port, now):
         return ticks_diff(now, self.ann_time[port]) >= ANN_EXPIRY_MS
@@ -131,18 +162,27 @@ class Tree:
         self.ann_order[port] = self.order
         nh = f.nhops
         self.ann_nhops[port] = nh
-        keys = self.ann_keys[port]
+        offs = self.ann_hk[port]
         coords = self.ann_coords[port]
         off = 0
         i = 0
         while i < nh:
-            copy_into(keys[i], 0, buf, f.hop_key_off[i], 32)
+            offs[i] = f.hop_key_off[i]
             if i == nh - 1:
                 self.ann_pclen[port] = off
             off = wire.encode_varu64(coords, off, f.hop_port[i])
             i += 1
         self.ann_clen[port] = off
         self.ann_valid[port] = 1
+
+    def fits(self, f):
+        """The announcement's coordinates fit our fixed storage."""
+        total = 0
+        i = 0
+        while i < f.nhops:
+            total += wire.varu64_len(f.hop_port[i])
+            i += 1
+        return total <= self.cmax
 
     def handle(self, port, buf, n, f, now):
         """Apply PROTOCOL.md re-parenting rules to an announcement that

@@ -43,7 +43,7 @@ def add_route(n, i, src_port, seq, now=0, dst_port=0):
     s.r_src[slot] = src_port
     s.r_dst[slot] = dst_port
     s.r_last[slot] = now
-    s.r_root[slot][:] = pub(9)
+    s.r_root[slot] = pub(9)
     s.r_root_seq[slot] = 1
     s.r_seq[slot] = seq
     return slot
@@ -244,7 +244,7 @@ def test_bootstrap_replay_check_ignores_an_entry_for_another_root():
     n = setup()
     n.r.port_up(2, pub(2), 1, 2)
     slot = add_route(n, 2, 2, 5000, now=5)
-    n.r.snake.r_root[slot][:] = pub(8)
+    n.r.snake.r_root[slot] = pub(8)
     rx_bootstrap(n, 2, 2, 1000)
     s = n.r.snake
     assert s.r_seq[slot] == 1000 and s.r_root[slot] == pub(9)

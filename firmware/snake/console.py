@@ -1,0 +1,465 @@
+# Serial console: a line protocol on stdin/stdout (USB serial on a board).
+#
+# Request:  [#ID ]COMMAND [ARGS]            (one line, CR and/or LF ends it)
+# Reply:    @sm {"re": COMMAND, "ok": true, "id": ID, ...data}
+#           @sm {"re": COMMAND, "ok": false, "id": ID, "error": "..."}
+# Telemetry (after `telemetry N`): @sm + a telemetry record (has "v").
+# Everything else the node prints (logs, MicroPython's REPL banner) has no
+# "@sm " prefix, so a parser that keeps only "@sm " lines never breaks.
+#
+# Commands and reply data (docs/NODE.md has examples):
+#   help                 {commands}
+#   version              {version, board, platform, crypto}
+#   status               {key, version, root, root_seq, parent, coords, depth,
+#                         desc, peers, routes, uptime_s, mem_free, listen}
+#   peers                {peers: [{port, key, link, root, root_seq, coords}]}
+#   tree                 {root, root_seq, parent, coords, depth, ancestors}
+#   snake                {desc: {key, port, root, root_seq} | null, routes}
+#   routes               {routes: [...]}
+#   stats                counters record fields + links, handshake_failures,
+#                        queues, probes
+#   ping KEY [COUNT]     {dst, sent, received, rtts_ms}     (asynchronous)
+#   trace KEY            {dst, ok, reached, hops: [{key, rtt_ms}]} (asynchronous;
+#                        ok = destination reached)
+#   telemetry SECONDS|off  {telemetry}; then records state, counters, peers
+#                        every SECONDS (and event records as they happen)
+# ID: up to 16 characters of [A-Za-z0-9_.-]. A line longer than MAX_LINE
+# bytes is discarded with an error reply. ping/trace answer when done, with
+# their ID; the console keeps answering other commands meanwhile.
+# The private key is never printed.
+import asyncio
+import binascii
+import json
+import sys
+
+from snake import platform
+
+PREFIX = b"@sm "
+MAX_LINE = 256
+MAX_ID = 16
+SCHEMA_VERSION = 1
+COMMANDS = ("help", "version", "status", "peers", "tree", "snake", "routes", "stats",
+            "ping", "trace", "telemetry")
+PING_MAX = 100
+TELEMETRY_MIN_S = 0.1
+TELEMETRY_MAX_S = 86400
+
+
+class ConsoleError(Exception):
+    pass
+
+
+def _id_ok(s):
+    if not s or len(s) > MAX_ID:
+        return False
+    for ch in s:
+        if not (ch.isalpha() or ch.isdigit() or ch in "_.-"):
+            return False
+    return True
+
+
+def _printable(s, n=32):
+    out = []
+    for ch in s[:n]:
+        o = ord(ch)
+        out.append(ch if 32 <= o < 127 else "?")
+    return "".join(out)
+
+
+def parse_request(line):
+    """bytes -> (id or None, command, [args]); ConsoleError on garbage.
+
+    Returns None for an empty line. The error message never echoes more
+    than a short printable prefix of the input."""
+    try:
+        text = bytes(line).decode("utf-8")
+    except (UnicodeError, ValueError):
+        raise ConsoleError("line is not valid UTF-8")
+    parts = text.split()
+    if not parts:
+        return None
+    rid = None
+    if parts[0].startswith("#"):
+        rid = parts[0][1:]
+        if not _id_ok(rid):
+            raise ConsoleError("bad request id (1..16 of A-Z a-z 0-9 _ . -)")
+        parts = parts[1:]
+        if not parts:
+            raise ConsoleError("missing command after the id")
+    return rid, parts[0], parts[1:]
+
+
+def parse_key(s):
+    """64 hex digits -> bytes(32); ConsoleError otherwise."""
+    if len(s) != 64:
+        raise ConsoleError("bad key: expected 64 hex digits")
+    try:
+        return binascii.unhexlify(s)
+    except (ValueError, TypeError):
+        raise ConsoleError("bad key: expected 64 hex digits")
+
+
+def parse_count(s):
+    try:
+        n = int(s)
+    except ValueError:
+        raise ConsoleError("bad count: expected an integer 1..%d" % PING_MAX)
+    if n < 1 or n > PING_MAX:
+        raise ConsoleError("bad count: expected an integer 1..%d" % PING_MAX)
+    return n
+
+
+def parse_interval(s):
+    """telemetry argument: seconds (float) or 'off' -> float or None."""
+    if s == "off":
+        return None
+    try:
+        v = float(s)
+    except ValueError:
+        raise ConsoleError("telemetry: expected SECONDS or off")
+    if not (TELEMETRY_MIN_S <= v <= TELEMETRY_MAX_S):
+        raise ConsoleError("telemetry: SECONDS must be within %g..%d" % (TELEMETRY_MIN_S, TELEMETRY_MAX_S))
+    return v
+
+
+def _hex(b):
+    if b is None:
+        return None
+    return binascii.hexlify(bytes(b)).decode()
+
+
+def _out_stream():
+    return getattr(sys.stdout, "buffer", sys.stdout)
+
+
+async def open_stdin():
+    """An asyncio reader for stdin with read(n), or None."""
+    stdin = getattr(sys.stdin, "buffer", sys.stdin)
+    proto = getattr(asyncio, "StreamReaderProtocol", None)
+    if proto is None:
+        # MicroPython: Stream polls any stream object (sys.stdin on a board)
+        return asyncio.StreamReader(stdin)
+    # CPython: a pipe transport over fd 0
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    try:
+        await loop.connect_read_pipe(lambda: proto(reader), sys.stdin)
+    except (OSError, ValueError):
+        return None
+    return reader
+
+
+class Console:
+    def __init__(self, node=None, boot_error=None, out=None):
+        self.node = None
+        self.boot_error = boot_error
+        self.out = out if out is not None else _out_stream()
+        self.dropped = 0           # output lines lost (stdout would block)
+        self.bad_lines = 0
+        self.requests = 0
+        self.telemetry_s = None
+        self.telemetry_task = None
+        self.tasks = 0             # running ping/trace commands
+        if node is not None:
+            self.attach(node)
+
+    def attach(self, node):
+        self.node = node
+        node.console = self
+
+    # ---- output -----------------------------------------------------------
+    def write(self, data):
+        try:
+            self.out.write(data)
+            fl = getattr(self.out, "flush", None)
+            if fl is not None:
+                fl()
+        except OSError:
+            self.dropped += 1
+
+    def emit(self, obj):
+        try:
+            line = PREFIX + json.dumps(obj).encode() + b"\n"
+        except (TypeError, ValueError):
+            line = PREFIX + b'{"ok": false, "error": "unserialisable reply"}\n'
+        self.write(line)
+
+    def log(self, msg):
+        self.write(b"snakemesh: " + str(msg).encode() + b"\n")
+
+    def reply(self, re, rid, data=None, error=None, ok=None):
+        d = {"re": re}
+        if rid is not None:
+            d["id"] = rid
+        if error is not None:
+            d["ok"] = False
+            d["error"] = error
+        else:
+            d["ok"] = True if ok is None else ok
+            if data:
+                for k in data:
+                    if k != "re" and k != "id":
+                        d[k] = data[k]
+        self.emit(d)
+
+    def boot(self):
+        d = {"re": "boot", "ok": self.node is not None}
+        n = self.node
+        if n is not None:
+            d["key"] = _hex(n.key)
+            d["board"] = n.profile.name
+            d["listen"] = n.listeners
+        else:
+            d["error"] = self.boot_error or "not running"
+        d["version"] = self._version()["version"]
+        self.emit(d)
+
+    # ---- input ------------------------------------------------------------
+    async def run(self):
+        """Serve requests from stdin until EOF."""
+        reader = await open_stdin()
+        if reader is None:
+            return
+        line = bytearray(MAX_LINE)
+        n = 0
+        overflow = False
+        while True:
+            try:
+                b = await reader.read(1)
+            except (OSError, ValueError):
+                return
+            if not b:
+                return
+            c = b[0]
+            if c == 10 or c == 13:
+                if overflow:
+                    self.bad_lines += 1
+                    self.reply("", None, error="line too long (max %d bytes): discarded" % MAX_LINE)
+                    overflow = False
+                elif n:
+                    self.handle(line, n)
+                n = 0
+            elif overflow:
+                continue
+            elif n < MAX_LINE:
+                line[n] = c
+                n += 1
+            else:
+                overflow = True
+                n = 0
+
+    def handle(self, buf, n=None):
+        """One request line (bytes); replies (now or, for ping/trace, later)."""
+        if n is None:
+            n = len(buf)
+        self.requests += 1
+        try:
+            req = parse_request(buf[0:n])
+        except ConsoleError as e:
+            self.bad_lines += 1
+            self.reply("", None, error=str(e))
+            return
+        if req is None:
+            return
+        rid, cmd, args = req
+        if cmd not in COMMANDS:
+            self.bad_lines += 1
+            self.reply(_printable(cmd), rid, error="unknown command (try help)")
+            return
+        try:
+            data = self.dispatch(cmd, args, rid)
+        except ConsoleError as e:
+            self.reply(cmd, rid, error=str(e))
+            return
+        except MemoryError:
+            self.reply(cmd, rid, error="out of memory")
+            return
+        except Exception as e:   # a bug in one command must not stop the node
+            self.reply(cmd, rid, error="internal error: %s" % type(e).__name__)
+            return
+        if data is not None:
+            self.reply(cmd, rid, data)
+
+    # ---- commands ---------------------------------------------------------
+    def _version(self):
+        impl = sys.implementation.name
+        d = {"version": _router_version(), "platform": "%s-%s" % (impl, sys.platform),
+             "board": self.node.profile.name if self.node is not None else None}
+        try:
+            from snake import crypto
+            d["crypto"] = crypto.BACKEND
+        except ImportError:
+            d["crypto"] = None
+        return d
+
+    def _need(self, args, lo, hi, usage):
+        if len(args) < lo or len(args) > hi:
+            raise ConsoleError("usage: " + usage)
+
+    def dispatch(self, cmd, args, rid):
+        if cmd == "help":
+            self._need(args, 0, 0, "help")
+            return {"commands": list(COMMANDS)}
+        if cmd == "version":
+            self._need(args, 0, 0, "version")
+            return self._version()
+        node = self.node
+        if node is None:
+            raise ConsoleError("node not running: " + (self.boot_error or "no router"))
+        r = node.router
+        now = node.now()
+        if cmd == "status":
+            self._need(args, 0, 0, "status")
+            d = r.snapshot()
+            d["version"] = _router_version()
+            d["uptime_s"] = node.uptime_s()
+            d["mem_free"] = _mem_free()
+            d["listen"] = node.listeners
+            return d
+        if cmd == "peers":
+            self._need(args, 0, 0, "peers")
+            return {"peers": r.peers()}
+        if cmd == "tree":
+            self._need(args, 0, 0, "tree")
+            s = r.snapshot()
+            return {"root": s["root"], "root_seq": s["root_seq"], "parent": s["parent"],
+                    "coords": s["coords"], "depth": s["depth"], "ancestors": r.ancestors()}
+        if cmd == "snake":
+            self._need(args, 0, 0, "snake")
+            sn = r.snake
+            desc = None
+            if sn.desc_valid:
+                desc = {"key": _hex(sn.desc_key), "port": sn.desc_port,
+                        "root": _hex(sn.desc_root), "root_seq": sn.desc_root_seq}
+            return {"desc": desc, "routes": sn.routes.count}
+        if cmd == "routes":
+            self._need(args, 0, 0, "routes")
+            return {"routes": r.routes(now)}
+        if cmd == "stats":
+            self._need(args, 0, 0, "stats")
+            d = self.counters_fields()
+            d["links"] = dict(node.stats)
+            d["handshake_failures"] = dict(node.hs_fail)
+            d["queues"] = node.queue_info()
+            d["probes"] = dict(node.probes.stats)
+            d["console"] = {"requests": self.requests, "bad_lines": self.bad_lines,
+                            "dropped_lines": self.dropped}
+            return d
+        if cmd == "ping":
+            self._need(args, 1, 2, "ping KEY [COUNT]")
+            key = parse_key(args[0])
+            count = parse_count(args[1]) if len(args) > 1 else 3
+            self._spawn("ping", rid, node.probes.ping(key, count, reserved=True))
+            return None
+        if cmd == "trace":
+            self._need(args, 1, 1, "trace KEY")
+            key = parse_key(args[0])
+            max_ttl = node.hop_limit if node.hop_limit < 32 else 32
+            self._spawn("trace", rid, node.probes.trace(key, max_ttl, reserved=True))
+            return None
+        if cmd == "telemetry":
+            self._need(args, 1, 1, "telemetry SECONDS|off")
+            v = parse_interval(args[0])
+            self.set_telemetry(v)
+            return {"telemetry": "off" if v is None else v}
+        raise ConsoleError("unknown command (try help)")
+
+    def _spawn(self, cmd, rid, coro_fn):
+        # coro_fn is an un-started coroutine; reserve a probe session first
+        from snake.probe import ProbeBusy
+        try:
+            self.node.probes.reserve()
+        except ProbeBusy as e:
+            coro_fn.close()
+            raise ConsoleError(str(e))
+        asyncio.create_task(self._probe_task(cmd, rid, coro_fn))
+
+    async def _probe_task(self, cmd, rid, coro):
+        try:
+            d = await coro
+        except MemoryError:
+            self.reply(cmd, rid, error="out of memory")
+            return
+        except Exception as e:
+            self.reply(cmd, rid, error="%s failed: %s" % (cmd, type(e).__name__))
+            return
+        if cmd == "trace":
+            d["reached"] = d["ok"]
+            self.reply(cmd, rid, d, ok=d["ok"])
+        else:
+            self.reply(cmd, rid, d)
+
+    # ---- telemetry --------------------------------------------------------
+    def counters_fields(self):
+        r = self.node.router
+        d = r.counters.as_dict()
+        d["evictions"] = r.evictions()
+        d["occupancy"] = r.occupancy()
+        d["mem_free"] = _mem_free()
+        return d
+
+    def _record(self, kind):
+        n = self.node
+        d = {"v": SCHEMA_VERSION, "kind": kind}
+        if not platform.BOARD:
+            d["t"] = platform.wall_ms() / 1000
+        d["up"] = n.uptime_s()
+        d["node"] = _hex(n.key)
+        return d
+
+    def records(self):
+        """The periodic telemetry records: state, counters, peers."""
+        r = self.node.router
+        st = self._record("state")
+        s = r.snapshot()
+        for k in ("root", "root_seq", "parent", "coords", "depth", "desc", "peers", "routes"):
+            st[k] = s[k]
+        co = self._record("counters")
+        f = self.counters_fields()
+        for k in f:
+            co[k] = f[k]
+        pe = self._record("peers")
+        pe["peers"] = r.peers()
+        return (st, co, pe)
+
+    def set_telemetry(self, seconds):
+        self.telemetry_s = seconds
+        if seconds is not None and self.telemetry_task is None:
+            self.telemetry_task = asyncio.create_task(self._telemetry())
+
+    async def _telemetry(self):
+        try:
+            while self.telemetry_s is not None:
+                for rec in self.records():
+                    self.emit(rec)
+                # sleep in short steps so `telemetry off` / a new period act soon
+                waited = 0.0
+                while self.telemetry_s is not None and waited < self.telemetry_s:
+                    step = self.telemetry_s - waited
+                    if step > 0.25:
+                        step = 0.25
+                    await asyncio.sleep(step)
+                    waited += step
+        finally:
+            self.telemetry_task = None
+
+    def on_event(self, kind, detail):
+        if self.telemetry_s is None or self.node is None:
+            return
+        d = self._record("event")
+        d["event"] = kind
+        d["detail"] = detail
+        self.emit(d)
+
+
+def _router_version():
+    try:
+        from snake.router import VERSION
+        return VERSION
+    except ImportError:
+        return None
+
+
+def _mem_free():
+    v = platform.collect()
+    return v if v >= 0 else None

@@ -1,0 +1,184 @@
+# Links: the byte streams that ports run on, and the TCP link.
+#
+# ---------------------------------------------------------------- contract
+# A Link is any object with:
+#
+#   link_type              int: 1 Wi-Fi multicast-discovered (LAN), 3 remote
+#                          (static --connect / --listen), 4 Bluetooth LE.
+#                          (0 local pipe and 2 Bonjour exist in the protocol
+#                          but no transport here makes them.)
+#   name                   str, for logs ("tcp 10.0.0.5:40012", "ble ...")
+#   outbound               True when this side initiated the link (dialled /
+#                          BLE central); used to break ties between two
+#                          simultaneous links to the same key (node.link_up)
+#   async recv_into(mv)    read up to len(mv) bytes into the memoryview /
+#                          bytearray mv; return how many (>= 1), or 0 on EOF,
+#                          error or after close(). Never raises OSError.
+#   async send(buf, n)     write buf[0:n] completely (buf is a bytearray the
+#                          caller reuses as soon as send returns: copy it if
+#                          the transport keeps it). Raises OSError when the
+#                          link is closed or fails.
+#   close()                idempotent; must wake a task blocked in recv_into
+#                          (which then returns 0) and make send raise.
+#
+# A transport (wifi.py, ble.py) that has a connected Link hands it to the
+# node with `node.start_link(link)` (spawns a task) or runs
+# `await snake.stream.run(node, link)` in its own task. stream.run does the
+# 104-byte handshake (10 s deadline), reports the peer to the node
+# (node.link_up(link, key) -> port, or 0 = refused: duplicate, own key,
+# no free port), feeds frames to router.receive from a preallocated
+# per-link buffer, drains the port's bounded send queue with a writer task,
+# and on EOF / error / close calls node.link_down(port, link) and
+# link.close(). The transport never sees frames.
+# ---------------------------------------------------------------------------
+import asyncio
+
+from snake import platform
+
+LINK_MULTICAST = 1
+LINK_REMOTE = 3
+LINK_BLE = 4
+
+_EBADF = 9
+
+
+def _current_task():
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
+
+
+def set_nodelay(writer):
+    """TCP_NODELAY on the socket behind an asyncio stream (best effort)."""
+    sock = None
+    try:
+        sock = writer.get_extra_info("socket")     # CPython
+    except (KeyError, AttributeError, TypeError):
+        sock = None
+    if sock is None:
+        sock = getattr(writer, "s", None)          # MicroPython Stream
+    if sock is None:
+        return False
+    try:
+        sock.setsockopt(platform.IPPROTO_TCP, platform.TCP_NODELAY, 1)
+        return True
+    except (OSError, AttributeError, TypeError, ValueError):
+        return False
+
+
+def peer_name(writer, default="?"):
+    """'host:port' of the remote end of an accepted asyncio stream."""
+    try:
+        addr = writer.get_extra_info("peername")
+    except (KeyError, AttributeError, TypeError):
+        return default
+    if addr is None:
+        return default
+    try:
+        host, port = host_port(addr)
+    except (ValueError, TypeError, IndexError, OSError, AttributeError):
+        return default
+    return "%s:%d" % (host, port)
+
+
+def host_port(addr):
+    """(dotted host str, port) from any recvfrom()/peername address.
+
+    snake.platform.sockaddr_host_port returns the host as 4 raw bytes on the
+    MicroPython unix port; this turns those into dotted form."""
+    host, port = platform.sockaddr_host_port(addr)
+    if isinstance(host, (bytes, bytearray)) and len(host) == 4:
+        host = "%d.%d.%d.%d" % (host[0], host[1], host[2], host[3])
+    return host, port
+
+
+class TcpLink:
+    """A Link over an asyncio TCP stream pair (CPython or MicroPython)."""
+
+    def __init__(self, reader, writer, link_type, name, outbound=False):
+        self.r = reader
+        self.w = writer
+        self.link_type = link_type
+        self.name = name
+        self.outbound = outbound
+        self.closed = False
+        self._rtask = None
+        # MicroPython's Stream has readinto and copies what it cannot write
+        # at once; CPython's StreamReader has no readinto and its transport
+        # may keep a reference to the buffer it was given.
+        self._readinto = getattr(reader, "readinto", None)
+        self._copy = not hasattr(writer, "awrite")
+
+    async def recv_into(self, mv):
+        if self.closed:
+            return 0
+        self._rtask = _current_task()
+        try:
+            if self._readinto is not None:
+                n = await self._readinto(mv)
+                if n is None:
+                    n = 0
+            else:
+                data = await self.r.read(len(mv))
+                n = len(data)
+                if n:
+                    mv[0:n] = data
+        except asyncio.CancelledError:
+            if self.closed:
+                return 0
+            raise
+        except (OSError, ValueError, EOFError):
+            n = 0
+        finally:
+            self._rtask = None
+        if self.closed:
+            return 0
+        return n
+
+    async def send(self, buf, n):
+        if self.closed:
+            raise OSError(_EBADF)
+        if self._copy:
+            data = bytes(buf[0:n])
+        else:
+            data = memoryview(buf)[0:n]
+        try:
+            self.w.write(data)
+            await self.w.drain()
+        except OSError:
+            self.close()
+            raise
+        except (ValueError, RuntimeError, AttributeError):
+            # a transport closed under us (CPython raises these too)
+            self.close()
+            raise OSError(_EBADF)
+        if self.closed:
+            raise OSError(_EBADF)
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.w.close()
+        except (OSError, AttributeError, RuntimeError):
+            pass
+        # MicroPython does not wake a reader blocked on a socket closed under
+        # it: cancel that task; recv_into turns the cancellation into EOF.
+        t = self._rtask
+        if t is not None and t is not _current_task():
+            try:
+                t.cancel()
+            except RuntimeError:
+                pass
+
+
+async def open_tcp(host, port, link_type, timeout_s=5):
+    """Dial host:port; a connected TcpLink (TCP_NODELAY on) or OSError."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    except asyncio.TimeoutError:
+        raise OSError(110)  # ETIMEDOUT
+    set_nodelay(writer)
+    return TcpLink(reader, writer, link_type, "tcp %s:%d" % (host, port), outbound=True)

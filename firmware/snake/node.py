@@ -1,0 +1,455 @@
+# The asyncio node runtime around the sans-I/O router core.
+#
+# Node owns: the Router, the real clock (snake.platform.ticks_ms), a tick
+# task (router.tick every TICK_MS <= 250 ms), the switch ports' links and
+# their bounded send queues, ping/trace (snake.probe), counters of the
+# runtime itself, and the transports (wifi.py, ble.py) and the console.
+#
+# Send queues (back-pressure without unbounded buffering): each port has a
+# ring of preallocated frame slots (bytearray(frame_max) each) and lengths;
+# router.tx copies the frame into a free slot and returns True, or returns
+# False when the ring holds `limit` frames (the router counts the drop as
+# queue_full). limit = profile.wifi_queue for TCP links, profile.ble_queue
+# for Bluetooth (link type 4). A writer task per link (stream.py) sends the
+# oldest slot and frees it only after link.send returned, so a slot is never
+# overwritten while on its way out. A port's ring is allocated the first
+# time the port number is used and kept for reuse by later links on that
+# port, so memory grows with the number of ports ever used (at most
+# max_peers x wifi_queue x frame_max), never with traffic.
+#
+# Read buffers: one bytearray(frame_max) per live link, taken from a free
+# list (allocated on first need, reused after), at most max_peers + 2 at
+# once (links still in their handshake count); a further link is refused.
+import asyncio
+import sys
+
+from snake import platform, wire
+from snake.platform import ticks_ms, ticks_diff, copy_into
+from snake import crypto
+from snake.router import Router, VERSION
+from snake import probe
+
+TICK_MS = 100
+LINK_BLE = 4
+HANDSHAKE_TIMEOUT_MS = 10000
+EXTRA_HANDSHAKES = 2
+
+
+def _sleep_ms(ms):
+    return asyncio.sleep(ms / 1000)
+
+
+class SendQueue:
+    """Bounded ring of preallocated frame slots for one port."""
+
+    def __init__(self, slots, frame_max):
+        self.slots = [bytearray(frame_max) for _ in range(slots)]
+        self.lens = [0] * slots
+        self.limit = slots
+        self.head = 0
+        self.count = 0
+        self.high = 0         # highest fill seen
+        self.full = 0         # frames refused because the ring was full
+        self.ev = asyncio.Event()
+
+    def grow(self, slots, frame_max):
+        while len(self.slots) < slots:
+            self.slots.append(bytearray(frame_max))
+            self.lens.append(0)
+
+    def reset(self, limit):
+        self.head = 0
+        self.count = 0
+        self.limit = limit
+        self.ev = asyncio.Event()   # a fresh event: no stale waiter
+
+    def put(self, buf, n):
+        c = self.count
+        if c >= self.limit:
+            self.full += 1
+            return False
+        i = self.head + c
+        if i >= self.limit:
+            i -= self.limit
+        copy_into(self.slots[i], 0, buf, 0, n)
+        self.lens[i] = n
+        c += 1
+        self.count = c
+        if c > self.high:
+            self.high = c
+        self.ev.set()
+        return True
+
+    def pop(self):
+        if self.count:
+            h = self.head + 1
+            if h >= self.limit:
+                h = 0
+            self.head = h
+            self.count -= 1
+
+
+class Node:
+    def __init__(self, profile, signer, config=None):
+        self.profile = profile
+        self.signer = signer
+        self.config = config
+        self.key = bytes(signer.public)
+        self.started = ticks_ms()
+        r = Router(profile, signer, self.started)
+        self.router = r
+        r.tx = self._tx
+        r.disconnect = self._disconnect
+        r.deliver = self._deliver
+        r.expired = self._expired
+        r.on_event = self._event
+        P = profile.max_peers + 1
+        self.links = [None] * P
+        self.queues = [None] * P
+        self.tasks = [None] * P
+        self.link_since = [0] * P
+        self.rx_free = []
+        self.rx_out = 0
+        self.rx_max = profile.max_peers + EXTRA_HANDSHAKES
+        self.hop_limit = getattr(profile, "traffic_hop_limit", wire.HOP_LIMIT_TRAFFIC)
+        hs_ms = getattr(config, "hs_timeout_ms", None) if config is not None else None
+        self.hs_timeout_ms = hs_ms or HANDSHAKE_TIMEOUT_MS
+        self.hs = bytearray(wire.HANDSHAKE_LEN)
+        wire.encode_handshake(self.hs, self.key, signer.sign(wire.handshake_signed(self.key)))
+        self.probes = probe.Prober(self)
+        # runtime counters (fixed keys; the console's `stats` shows them)
+        self.stats = {"links_up": 0, "links_down": 0, "hs_ok": 0, "duplicate": 0,
+                      "no_port": 0, "framing": 0, "core_disconnect": 0, "app_rx": 0,
+                      "dials": 0, "dial_fail": 0, "accepts": 0}
+        self.hs_fail = {}
+        self.listeners = {}      # name -> port number (for status/boot)
+        self.console = None      # set by the console (events -> telemetry)
+        self.on_app = None       # optional fn(src, payload) for other payloads
+        self.log_fn = None
+        self.ticker = None
+        self.wifi = None         # snake.wifi.Wifi, when started
+        self.ble = None          # snake.ble.BleManager, when started
+
+    # ---- helpers ------------------------------------------------------
+    def log(self, msg):
+        if self.log_fn is not None:
+            self.log_fn(msg)
+
+    def stat(self, name, n=1):
+        self.stats[name] = self.stats.get(name, 0) + n
+
+    def hs_failed(self, reason, link):
+        self.hs_fail[reason] = self.hs_fail.get(reason, 0) + 1
+        self.log("handshake failed (%s) on %s" % (reason, link.name))
+
+    def verify(self, pub, msg, sig):
+        return crypto.verify(pub, msg, sig)
+
+    def now(self):
+        return ticks_ms()
+
+    def uptime_s(self):
+        return ticks_diff(ticks_ms(), self.started) // 1000
+
+    def rxbuf_get(self):
+        if self.rx_free:
+            self.rx_out += 1
+            return self.rx_free.pop()
+        if self.rx_out >= self.rx_max:
+            return None
+        self.rx_out += 1
+        return bytearray(self.profile.frame_max)
+
+    def rxbuf_put(self, buf):
+        self.rx_out -= 1
+        self.rx_free.append(buf)
+
+    # ---- links (called by stream.run) --------------------------------
+    def find_link(self, key, link_type):
+        """Port of the live link to `key` with that link type, or 0."""
+        r = self.router
+        p = 1
+        while p < len(self.links):
+            lk = self.links[p]
+            if lk is not None and lk.link_type == link_type and r.port_key[p] == key:
+                return p
+            p += 1
+        return 0
+
+    def has_link(self, key, link_type=None):
+        r = self.router
+        p = 1
+        while p < len(self.links):
+            lk = self.links[p]
+            if lk is not None and r.port_key[p] == key and (link_type is None or lk.link_type == link_type):
+                return True
+            p += 1
+        return False
+
+    def _keep_new(self, old, new, peer_key):
+        # Duplicate link to the same key and link type: keep the older one,
+        # except when the two were dialled from opposite ends at once: then
+        # both ends keep the link dialled by the lower key, so they agree.
+        o_out = getattr(old, "outbound", None)
+        n_out = getattr(new, "outbound", None)
+        if o_out is None or n_out is None or o_out == n_out:
+            return False
+        lower_is_us = self.key < peer_key
+        # the new link was dialled by the lower key?
+        return n_out == lower_is_us
+
+    def link_up(self, link, peer_key):
+        """A handshake completed: give the link a port (0 = refused)."""
+        r = self.router
+        peer_key = bytes(peer_key)
+        if peer_key == self.key:
+            self.hs_failed("self", link)
+            return 0
+        old = self.find_link(peer_key, link.link_type)
+        if old:
+            if not self._keep_new(self.links[old], link, peer_key):
+                self.stat("duplicate")
+                self.log("duplicate link to %s on %s closed" % (_short(peer_key), link.name))
+                return 0
+            self.stat("duplicate")
+            self._disconnect(old, "duplicate")
+            r.port_down(old, ticks_ms())
+        port = r.free_port()
+        if not port or self.links[port] is not None:
+            self.stat("no_port")
+            self.log("no free port for %s" % link.name)
+            return 0
+        limit = self.profile.ble_queue if link.link_type == LINK_BLE else self.profile.wifi_queue
+        q = self.queues[port]
+        if q is None:
+            q = SendQueue(limit, self.profile.frame_max)
+            self.queues[port] = q
+        else:
+            q.grow(limit, self.profile.frame_max)
+        q.reset(limit)
+        self.links[port] = link
+        try:
+            self.tasks[port] = asyncio.current_task()
+        except RuntimeError:
+            self.tasks[port] = None
+        now = ticks_ms()
+        self.link_since[port] = now
+        if not r.port_up(port, peer_key, link.link_type, now):
+            self.links[port] = None
+            self.tasks[port] = None
+            self.stat("no_port")
+            return 0
+        self.stats["hs_ok"] += 1
+        self.stats["links_up"] += 1
+        self.log("peer up: port %d %s via %s" % (port, _short(peer_key), link.name))
+        self.after_receive()
+        return port
+
+    def link_down(self, port, link=None, reason="eof"):
+        if port < 1 or port >= len(self.links):
+            return
+        if link is not None and self.links[port] is not link:
+            return   # already taken down (router disconnect, duplicate)
+        self.links[port] = None
+        self.tasks[port] = None
+        q = self.queues[port]
+        if q is not None:
+            q.reset(q.limit)
+        self.stats["links_down"] += 1
+        self.log("peer down: port %d (%s)" % (port, reason))
+        self.router.port_down(port, ticks_ms())
+
+    def start_link(self, link):
+        """Serve a connected link in its own task (handshake, frames)."""
+        from snake import stream
+        return asyncio.create_task(stream.run(self, link))
+
+    # ---- router outputs ---------------------------------------------
+    def _tx(self, port, buf, n):
+        if port < 1 or port >= len(self.links) or self.links[port] is None:
+            return False
+        return self.queues[port].put(buf, n)
+
+    def _disconnect(self, port, reason):
+        link = self.links[port]
+        if link is None:
+            return
+        self.stats["core_disconnect"] += 1
+        self.links[port] = None
+        task = self.tasks[port]
+        self.tasks[port] = None
+        q = self.queues[port]
+        if q is not None:
+            q.reset(q.limit)
+        self.stats["links_down"] += 1
+        self.log("link closed: port %d (%s)" % (port, reason))
+        link.close()
+        if task is not None:
+            try:
+                cur = asyncio.current_task()
+            except RuntimeError:
+                cur = None
+            if task is not cur:
+                task.cancel()
+
+    def _deliver(self, src, payload):
+        if self.probes.on_deliver(src, payload):
+            return
+        self.stats["app_rx"] += 1
+        if self.on_app is not None:
+            self.on_app(src, payload)
+
+    def _expired(self, buf, f):
+        self.probes.on_expired(buf, f)
+
+    def _event(self, kind, detail):
+        c = self.console
+        if c is not None:
+            c.on_event(kind, detail)
+
+    def after_receive(self):
+        if self.probes.p_count:
+            self.probes.flush()
+
+    # ---- tasks ------------------------------------------------------------
+    async def _tick(self):
+        r = self.router
+        while True:
+            r.tick(ticks_ms())
+            self.after_receive()
+            await _sleep_ms(TICK_MS)
+
+    def start(self):
+        """Start the tick task (the transports and console start their own)."""
+        if self.ticker is None:
+            self.ticker = asyncio.create_task(self._tick())
+        return self.ticker
+
+    def close_all(self):
+        p = 1
+        while p < len(self.links):
+            if self.links[p] is not None:
+                self._disconnect(p, "shutdown")
+                self.router.port_down(p, ticks_ms())
+            p += 1
+
+    # ---- introspection (console) -------------------------------------
+    def queue_info(self):
+        out = []
+        p = 1
+        while p < len(self.links):
+            q = self.queues[p]
+            if q is not None and self.links[p] is not None:
+                out.append({"port": p, "len": q.count, "limit": q.limit, "high": q.high, "full": q.full})
+            p += 1
+        return out
+
+
+def _short(key):
+    import binascii
+    return binascii.hexlify(bytes(key[0:4])).decode()
+
+
+# ------------------------------------------------------------------ boot
+def _log_line(msg):
+    out = getattr(sys.stdout, "buffer", sys.stdout)
+    try:
+        out.write(("snakemesh: " + msg + "\n").encode())
+        if hasattr(out, "flush"):
+            out.flush()
+    except (OSError, TypeError):
+        pass
+
+
+async def run_node(cfg, profile, seed):
+    """Boot everything from a config; runs until cancelled."""
+    from snake.console import Console
+    console = Console(None, boot_error=None)
+    node = None
+    if seed is None:
+        console.boot_error = cfg.key_error or "no key"
+    else:
+        try:
+            node = Node(profile, crypto.Signer(seed), cfg)
+        except MemoryError:
+            console.boot_error = "out of memory building the router (profile %s)" % profile.name
+            node = None
+        seed = None
+    if node is not None:
+        console.attach(node)
+        node.log_fn = console.log
+        node.start()
+        if profile.wifi:
+            from snake import wifi
+            w = wifi.Wifi(node, cfg)
+            try:
+                await w.start()
+            except OSError as e:
+                console.log("wifi: cannot start: %s" % (e,))
+        if profile.ble or getattr(cfg, "ble_medium", None):
+            start_ble(node, console)
+    console.boot()
+    await console.run()
+    # stdin closed: keep routing (a board without a host, a detached node)
+    while True:
+        await _sleep_ms(3600000)
+
+
+def start_ble(node, console):
+    """Bluetooth LE links (snake/ble.py) when this platform has a radio: a
+    board's `bluetooth` module, or the host emulation (host_tools/blemu on
+    the module path, SNAKEMESH_BLE_MEDIUM set: `snakemesh node --ble-medium`)."""
+    if platform.try_import("bluetooth") is None:
+        console.log("ble: no bluetooth module on this platform: BLE off")
+        return None
+    try:
+        from snake.ble import BleManager
+        mgr = BleManager(node.profile, node.key, node.start_link)
+        mgr.start()
+    except (ImportError, OSError, ValueError, AttributeError) as e:
+        console.log("ble: cannot start: %s" % (e,))
+        return None
+    node.ble = mgr
+    return mgr
+
+
+def main(argv=None):
+    """Entry point of firmware/main.py."""
+    from snake import config as cfgmod
+    from snake.profile import Profile, ProfileError
+    if argv is None:
+        argv = sys.argv[1:]
+    try:
+        if platform.BOARD:
+            cfg = cfgmod.from_board()
+        else:
+            cfg = cfgmod.from_argv(argv, argv0=sys.argv[0] if sys.argv else None)
+    except cfgmod.ConfigError as e:
+        _log_line("error: " + str(e))
+        _boot_fail(str(e))
+        return 2
+    try:
+        profile = Profile.load(cfg.profile_path) if cfg.profile_path else Profile()
+    except ProfileError as e:
+        _log_line("error: " + str(e))
+        _boot_fail(str(e))
+        return 2
+    if cfg.multicast is not None:
+        profile.multicast = cfg.multicast
+    seed = cfg.take_seed()
+    try:
+        asyncio.run(run_node(cfg, profile, seed))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _boot_fail(msg):
+    # one parseable line, then keep answering the console with the error
+    from snake.console import Console
+    c = Console(None, boot_error=msg)
+    c.boot()
+    try:
+        asyncio.run(c.run())
+    except KeyboardInterrupt:
+        pass

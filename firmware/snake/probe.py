@@ -1,0 +1,287 @@
+# Ping and trace: application payloads carried in ordinary traffic frames.
+#
+# Payload, 8 bytes:  "SM" | kind u8 | probe id u32 BE | ttl u8
+#
+#   kind 1  PING       echo request; the destination answers PONG
+#   kind 2  PONG       echo reply (same id)
+#   kind 3  TRACE      trace probe, sent with traffic hop limit = ttl
+#   kind 4  TRACE_HOP  "your probe expired here": sent by a relay, to the
+#                      probe's source key, when the probe's hop limit ran out
+#                      at that relay (router.expired hook; needs hop
+#                      limiting, which snakemesh switches on)
+#   kind 5  TRACE_END  sent by the destination of a TRACE probe
+#
+# Replies carry the probe's id and ttl; the replying node is the traffic
+# frame's source key, so no key is repeated in the payload.
+#
+# Trace: the source sends TRACE probes with hop limits 1, 2, 3, ... one at a
+# time (each relay decrements the hop limit and drops the frame at 1, where
+# it calls router.expired); hop k answers TRACE_HOP, the destination
+# TRACE_END. The source records each replier's key and the round-trip time
+# of that probe; it stops at TRACE_END, after 3 probes in a row without an
+# answer, or at the maximum ttl. A relay therefore understands nothing of an
+# application payload except this 8-byte TRACE marker, and only in a frame
+# whose hop limit ran out. Without hop limiting a trace shows one hop: the
+# destination.
+#
+# Replies are not sent from inside the router's callbacks (which run during
+# router.receive): they are queued in a small preallocated ring and sent by
+# flush(), which the node calls right after each received frame and on
+# every tick. A full ring drops the reply (counted).
+import asyncio
+import binascii
+
+from snake import platform
+from snake.platform import copy_into, ticks_ms
+
+try:
+    from time import ticks_us as _ticks_us, ticks_diff as _ticks_diff_us
+except ImportError:
+    # CPython: same wrap-around arithmetic as snake.platform's ticks
+    import time as _time
+
+    def _ticks_us():
+        return (_time.monotonic_ns() // 1000) & platform.TICKS_MASK
+
+    _ticks_diff_us = platform.ticks_diff
+
+PING = 1
+PONG = 2
+TRACE = 3
+TRACE_HOP = 4
+TRACE_END = 5
+PAYLOAD_LEN = 8
+KIND_NAMES = (None, "ping", "pong", "trace", "trace_hop", "trace_end")
+
+SLOTS = 16            # probes in flight (all sessions)
+PENDING = 8           # replies waiting to be sent
+MAX_SESSIONS = 2      # concurrent ping/trace commands
+TRACE_MAX_TTL = 32
+TRACE_MAX_SILENT = 3  # stop a trace after this many unanswered probes in a row
+
+
+def encode(buf, kind, pid, ttl):
+    """Write a probe payload into buf[0:8]; returns 8."""
+    buf[0] = 0x53  # S
+    buf[1] = 0x4D  # M
+    buf[2] = kind
+    buf[3] = (pid >> 24) & 0xFF
+    buf[4] = (pid >> 16) & 0xFF
+    buf[5] = (pid >> 8) & 0xFF
+    buf[6] = pid & 0xFF
+    buf[7] = ttl & 0xFF
+    return PAYLOAD_LEN
+
+
+def make(kind, pid, ttl=0):
+    b = bytearray(PAYLOAD_LEN)
+    encode(b, kind, pid, ttl)
+    return b
+
+
+def kind_at(buf, off, n):
+    """The probe kind of the payload buf[off:off+n], or 0 if it is not one."""
+    if n != PAYLOAD_LEN or buf[off] != 0x53 or buf[off + 1] != 0x4D:
+        return 0
+    k = buf[off + 2]
+    if k < PING or k > TRACE_END:
+        return 0
+    return k
+
+
+def id_at(buf, off):
+    return (buf[off + 3] << 24) | (buf[off + 4] << 16) | (buf[off + 5] << 8) | buf[off + 6]
+
+
+def _hex(b):
+    return binascii.hexlify(bytes(b)).decode()
+
+
+class ProbeBusy(Exception):
+    pass
+
+
+class Prober:
+    def __init__(self, node):
+        self.node = node
+        # probes in flight
+        self.s_used = bytearray(SLOTS)
+        self.s_id = [0] * SLOTS
+        self.s_sent = [0] * SLOTS      # ticks_us at send
+        self.s_got = bytearray(SLOTS)  # reply kind received (0: none yet)
+        self.s_rtt = [0] * SLOTS       # us
+        self.s_from = [bytearray(32) for _ in range(SLOTS)]
+        # replies waiting to be sent
+        self.p_head = 0
+        self.p_count = 0
+        self.p_key = [bytearray(32) for _ in range(PENDING)]
+        self.p_pl = [bytearray(PAYLOAD_LEN) for _ in range(PENDING)]
+        self.sessions = 0
+        self.next_id = int.from_bytes(platform.urandom(4), "big") & 0x7FFFFFFF
+        self.stats = {"requests": 0, "replies_sent": 0, "replies_dropped": 0,
+                      "trace_expired": 0, "unmatched": 0}
+
+    # ---- hooks called by the router (during receive) --------------------
+    def _queue_reply(self, key_buf, key_off, kind, pid, ttl):
+        if self.p_count >= PENDING:
+            self.stats["replies_dropped"] += 1
+            return
+        i = (self.p_head + self.p_count) % PENDING
+        copy_into(self.p_key[i], 0, key_buf, key_off, 32)
+        encode(self.p_pl[i], kind, pid, ttl)
+        self.p_count += 1
+
+    def on_deliver(self, src, payload):
+        """Local traffic; True when it was a probe payload."""
+        k = kind_at(payload, 0, len(payload))
+        if not k:
+            return False
+        pid = id_at(payload, 0)
+        ttl = payload[7]
+        if k == PING:
+            self.stats["requests"] += 1
+            self._queue_reply(src, 0, PONG, pid, ttl)
+        elif k == TRACE:
+            self.stats["requests"] += 1
+            self._queue_reply(src, 0, TRACE_END, pid, ttl)
+        else:
+            self._reply(src, k, pid)
+        return True
+
+    def on_expired(self, buf, f):
+        """A traffic frame's hop limit ran out here: answer trace probes."""
+        po = f.payload_off
+        if kind_at(buf, po, f.payload_len) != TRACE:
+            return
+        self.stats["trace_expired"] += 1
+        self._queue_reply(buf, f.src_off, TRACE_HOP, id_at(buf, po), buf[po + 7])
+
+    def _reply(self, src, kind, pid):
+        i = 0
+        while i < SLOTS:
+            if self.s_used[i] and self.s_id[i] == pid and not self.s_got[i]:
+                self.s_rtt[i] = _ticks_diff_us(_ticks_us(), self.s_sent[i])
+                self.s_got[i] = kind
+                copy_into(self.s_from[i], 0, src, 0, 32)
+                return
+            i += 1
+        self.stats["unmatched"] += 1
+
+    def pending(self):
+        return self.p_count
+
+    def flush(self):
+        """Send queued replies (outside the router's callbacks)."""
+        r = self.node.router
+        hl = self.node.hop_limit
+        while self.p_count:
+            i = self.p_head
+            self.p_head = (i + 1) % PENDING
+            self.p_count -= 1
+            if r.send(self.p_key[i], self.p_pl[i], ticks_ms(), hl):
+                self.stats["replies_sent"] += 1
+            else:
+                self.stats["replies_dropped"] += 1
+
+    # ---- probe sessions ---------------------------------------------------
+    def _new_id(self):
+        self.next_id = (self.next_id + 1) & 0xFFFFFFFF
+        return self.next_id
+
+    def _send(self, dst, kind, ttl, hop_limit):
+        i = 0
+        while i < SLOTS and self.s_used[i]:
+            i += 1
+        if i == SLOTS:
+            return -1
+        pid = self._new_id()
+        self.s_used[i] = 1
+        self.s_id[i] = pid
+        self.s_got[i] = 0
+        self.s_sent[i] = _ticks_us()
+        if not self.node.router.send(dst, make(kind, pid, ttl), ticks_ms(), hop_limit):
+            self.s_got[i] = 255  # not sent (no route / queue full)
+        return i
+
+    def _free(self, i):
+        self.s_used[i] = 0
+
+    def reserve(self):
+        """Take a session (ProbeBusy when MAX_SESSIONS run); ping/trace
+        called with reserved=True release it when they finish."""
+        if self.sessions >= MAX_SESSIONS:
+            raise ProbeBusy("busy: %d probe commands already running" % MAX_SESSIONS)
+        self.sessions += 1
+
+    async def ping(self, dst, count=3, interval_ms=500, timeout_ms=2000, reserved=False):
+        """Send `count` echo requests; {dst, sent, received, rtts_ms}."""
+        if not reserved:
+            self.reserve()
+        rtts = []
+        sent = 0
+        inflight = []
+        try:
+            next_send = ticks_ms()
+            while sent < count or inflight:
+                now = ticks_ms()
+                if sent < count and platform.ticks_diff(now, next_send) >= 0:
+                    i = self._send(dst, PING, 0, self.node.hop_limit)
+                    if i >= 0:
+                        sent += 1
+                        inflight.append((i, now))
+                        next_send = platform.ticks_add(now, interval_ms)
+                keep = []
+                for i, t0 in inflight:
+                    got = self.s_got[i]
+                    if got == PONG:
+                        rtts.append(round(self.s_rtt[i] / 1000, 3))
+                        self._free(i)
+                    elif got == 255 or platform.ticks_diff(now, t0) >= timeout_ms:
+                        self._free(i)
+                    else:
+                        keep.append((i, t0))
+                inflight = keep
+                await asyncio.sleep(0.01)
+        finally:
+            for i, t0 in inflight:
+                self._free(i)
+            self.sessions -= 1
+        return {"dst": _hex(dst), "sent": sent, "received": len(rtts), "rtts_ms": rtts}
+
+    async def trace(self, dst, max_ttl=TRACE_MAX_TTL, timeout_ms=2000, reserved=False):
+        """Hop-by-hop path to `dst`: {dst, ok, hops: [{key, rtt_ms}]}."""
+        if not reserved:
+            self.reserve()
+        hops = []
+        reached = False
+        silent = 0
+        i = -1
+        try:
+            ttl = 1
+            while ttl <= max_ttl and not reached and silent < TRACE_MAX_SILENT:
+                i = self._send(dst, TRACE, ttl, ttl)
+                if i < 0:
+                    raise ProbeBusy("busy: no probe slot free")
+                t0 = ticks_ms()
+                while not self.s_got[i] and platform.ticks_diff(ticks_ms(), t0) < timeout_ms:
+                    await asyncio.sleep(0.01)
+                got = self.s_got[i]
+                if got == TRACE_HOP or got == TRACE_END:
+                    hops.append({"key": _hex(self.s_from[i]), "rtt_ms": round(self.s_rtt[i] / 1000, 3)})
+                    silent = 0
+                    if got == TRACE_END:
+                        reached = True
+                else:
+                    hops.append({"key": None, "rtt_ms": None})
+                    silent += 1
+                self._free(i)
+                i = -1
+                ttl += 1
+        finally:
+            if i >= 0:
+                self._free(i)
+            self.sessions -= 1
+        # unanswered probes after the last answer say nothing: drop them
+        while hops and hops[-1]["key"] is None:
+            hops.pop()
+        return {"dst": _hex(dst), "ok": reached, "hops": hops}
