@@ -1,0 +1,133 @@
+"""Node identity keys on the host.
+
+A node key is a 32-byte ed25519 seed. On disk it is either the raw 32 bytes
+(what `snakemesh keygen` writes, mode 0600) or 64 hex digits (whitespace
+around them allowed). The seed is never printed; only the public key is.
+Public keys on the command line are 64 hex digits.
+"""
+import binascii
+import os
+import stat
+import sys
+import tempfile
+
+from host_tools.errors import InputError
+
+SEED_LEN = 32
+
+
+class KeyFormatError(InputError):
+    pass
+
+
+def public_key(seed):
+    """ed25519 public key (32 bytes) of a 32-byte seed.
+
+    Uses the firmware's snake.crypto.public_key (the code the node runs);
+    PyNaCl only while that module is missing from the checkout."""
+    if len(seed) != SEED_LEN:
+        raise KeyFormatError("a seed must be %d bytes, not %d" % (SEED_LEN, len(seed)))
+    try:
+        from snake.crypto import public_key as fw_public_key
+    except ImportError:
+        fw_public_key = None
+    if fw_public_key is not None:
+        return bytes(fw_public_key(bytes(seed)))
+    from nacl.signing import SigningKey
+    return bytes(SigningKey(bytes(seed)).verify_key)
+
+
+def new_seed():
+    return os.urandom(SEED_LEN)
+
+
+def parse_seed(data, source="key"):
+    """Decode a seed from raw bytes or hex text; KeyFormatError otherwise.
+
+    The error message never contains the data itself."""
+    if len(data) == SEED_LEN:
+        return bytes(data)
+    text = data.strip()
+    if len(text) == 2 * SEED_LEN:
+        try:
+            return binascii.unhexlify(text)
+        except (binascii.Error, ValueError):
+            pass
+    raise KeyFormatError("unknown key format in %s: expected a 32-byte raw seed or 64 hex digits "
+                         "(got %d bytes)" % (source, len(data)))
+
+
+def load_seed(path, warn=True):
+    """Read a seed file (raw or hex). Warns on stderr if others can read it."""
+    try:
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError("key file %s is a directory" % path)
+        with open(path, "rb") as f:
+            data = f.read(4096)
+    except InputError:
+        raise
+    except OSError as e:
+        raise InputError("cannot read key file %s: %s" % (path, e.strerror or e))
+    seed = parse_seed(data, path)
+    if warn and os.name == "posix" and st.st_mode & 0o077:
+        print("snakemesh: warning: key file %s is readable by other users (chmod 600 %s)" % (path, path),
+              file=sys.stderr)
+    return seed
+
+
+def write_seed(path, seed, force=False):
+    """Write the raw seed to `path` with mode 0600 (never wider, even for a
+    moment). Refuses to replace an existing file unless force."""
+    if len(seed) != SEED_LEN:
+        raise KeyFormatError("a seed must be %d bytes" % SEED_LEN)
+    if os.path.isdir(path):
+        raise InputError("%s is a directory; give a file name for the key" % path)
+    if os.path.lexists(path) and not force:
+        raise InputError("%s already exists; use --force to replace it (the old key is lost)" % path)
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".snakemesh-key-", dir=d)   # created 0600
+    except OSError as e:
+        raise InputError("cannot write key file %s: %s" % (path, e.strerror or e))
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(seed)
+        if force:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)        # fails if `path` appeared meanwhile
+            except FileExistsError:
+                os.unlink(tmp)
+                raise InputError("%s already exists; use --force to replace it" % path)
+            except OSError:
+                os.replace(tmp, path)     # filesystem without hard links
+            else:
+                os.unlink(tmp)
+    except InputError:
+        raise
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise InputError("cannot write key file %s: %s" % (path, e.strerror or e))
+
+
+def parse_public_key(text):
+    """A public key given on the command line: 64 hex digits -> hex string."""
+    t = text.strip().lower()
+    if len(t) == 2 * SEED_LEN:
+        try:
+            binascii.unhexlify(t)
+            return t
+        except (binascii.Error, ValueError):
+            pass
+    raise KeyFormatError("unknown key format: %r (expected a public key of 64 hex digits)"
+                         % (text if len(text) <= 80 else text[:77] + "..."))
+
+
+def to_hex(b):
+    return binascii.hexlify(b).decode("ascii")
