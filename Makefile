@@ -49,7 +49,7 @@ firmware-image:
 	@if [ -z "$$IDF_PATH" ] || [ -z "$$MICROPY_DIR" ]; then \
 	  echo "firmware-image: ESP-IDF not found (set IDF_PATH and MICROPY_DIR, see boards/README.md)."; \
 	  echo "Without it, flash stock MicroPython and use 'snakemesh deploy'."; exit 2; fi
-	$(MAKE) -C $$MICROPY_DIR/ports/esp32 BOARD=$${BOARD:-ESP32_GENERIC} \
+	SNAKEMESH_ROOT=$(CURDIR) $(MAKE) -C $$MICROPY_DIR/ports/esp32 BOARD=$${BOARD:-ESP32_GENERIC} \
 	  FROZEN_MANIFEST=$(CURDIR)/boards/$${BOARD:-ESP32_GENERIC}/manifest.py
 
 clean:

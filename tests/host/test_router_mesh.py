@@ -12,14 +12,14 @@ from host_tools.sim.harness import Mesh
 from snake import wire
 from snake.crypto import Signer
 
-SHARED = os.path.join(os.path.dirname(host_tools.REPO_ROOT), "shared", "topologies")
+SHARED = os.path.join(host_tools.REPO_ROOT, "host_tools", "topologies")
 TOPOLOGIES = ["sim.txt", "line-0050.txt", "rtree-0050.txt", "grid4-0049.txt"]
 
 
 def topo(name):
     path = os.path.join(SHARED, name)
     if not os.path.exists(path):
-        pytest.fail("shared topology %s missing (expected ../shared beside the checkout)" % path)
+        pytest.fail("topology %s missing" % path)
     return path
 
 
