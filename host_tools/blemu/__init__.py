@@ -1,0 +1,16 @@
+"""Bluetooth LE emulation for host runs of the firmware.
+
+- `bluetooth.py`: a module named `bluetooth` implementing the subset of
+  MicroPython's `bluetooth` API that firmware/snake/ble.py uses. Put this
+  folder on MICROPYPATH (unix port) or sys.path (CPython) of an emulated node
+  only; it must never shadow a real `bluetooth` module on a board.
+- `medium.py`: the radio medium (CPython process) the emulated radios connect
+  to; it decides who is in range (topology file) and applies MTU, latency,
+  throughput and loss.
+- `proto.py`: the message format shared by the two (no CPython-only code).
+
+See docs/BLE.md.
+"""
+import os
+
+BLEMU_DIR = os.path.dirname(os.path.abspath(__file__))
