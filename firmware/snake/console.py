@@ -35,6 +35,9 @@ import sys
 from snake import platform
 
 PREFIX = b"@sm "
+# preallocated replies for when building the real one fails
+_OOM_LINE = b'@sm {"re": "", "ok": false, "error": "out of memory"}\n'
+_UNSERIALISABLE = b'@sm {"re": "", "ok": false, "error": "unserialisable reply"}\n'
 MAX_LINE = 256
 MAX_ID = 16
 SCHEMA_VERSION = 1
@@ -155,6 +158,7 @@ class Console:
         self.boot_error = boot_error
         self.out = out if out is not None else _out_stream()
         self.dropped = 0           # output lines lost (stdout would block)
+        self.oom = 0               # replies lost to MemoryError
         self.bad_lines = 0
         self.requests = 0
         self.telemetry_s = None
@@ -179,10 +183,45 @@ class Console:
 
     def emit(self, obj):
         try:
-            line = PREFIX + json.dumps(obj).encode() + b"\n"
+            data = PREFIX + json.dumps(obj).encode() + b"\n"
         except (TypeError, ValueError):
-            line = PREFIX + b'{"ok": false, "error": "unserialisable reply"}\n'
-        self.write(line)
+            data = _UNSERIALISABLE
+        except MemoryError:
+            data = None
+        if data is not None:
+            self.write(data)
+            return
+        # no room for the whole line in one piece (a fragmented heap):
+        # stream the JSON out in small writes instead
+        import gc
+        gc.collect()
+        out = self.out
+        try:
+            out.write(PREFIX)
+            json.dump(obj, out)
+            out.write(b"\n")
+            fl = getattr(out, "flush", None)
+            if fl is not None:
+                fl()
+        except MemoryError:
+            self.oom += 1
+            self.write(b"\n" + _OOM_LINE)
+        except (TypeError, ValueError):
+            self.write(b"\n" + _UNSERIALISABLE)
+        except OSError:
+            self.dropped += 1
+
+    def oom_reply(self, re, rid):
+        """An out-of-memory error reply, built with as little memory as possible."""
+        self.oom += 1
+        try:
+            if rid is None:
+                self.write(b'@sm {"re": "%s", "ok": false, "error": "out of memory"}\n' % re.encode())
+            else:
+                self.write(b'@sm {"re": "%s", "id": "%s", "ok": false, "error": "out of memory"}\n'
+                           % (re.encode(), rid.encode()))
+        except MemoryError:
+            self.write(_OOM_LINE)
 
     def log(self, msg):
         self.write(b"snakemesh: " + str(msg).encode() + b"\n")
@@ -209,15 +248,19 @@ class Console:
             d["key"] = _hex(n.key)
             d["board"] = n.profile.name
             d["listen"] = n.listeners
+            if n.warnings:
+                d["warnings"] = n.warnings
         else:
             d["error"] = self.boot_error or "not running"
         d["version"] = self._version()["version"]
         self.emit(d)
 
     # ---- input ------------------------------------------------------------
-    async def run(self):
-        """Serve requests from stdin until EOF."""
-        reader = await open_stdin()
+    async def run(self, reader=None):
+        """Serve requests from stdin (or `reader`: anything with an async
+        read(n)) until EOF."""
+        if reader is None:
+            reader = await open_stdin()
         if reader is None:
             return
         line = bytearray(MAX_LINE)
@@ -237,7 +280,11 @@ class Console:
                     self.reply("", None, error="line too long (max %d bytes): discarded" % MAX_LINE)
                     overflow = False
                 elif n:
-                    self.handle(line, n)
+                    try:
+                        self.handle(line, n)
+                    except MemoryError:
+                        self.oom += 1
+                        self.write(_OOM_LINE)
                 n = 0
             elif overflow:
                 continue
@@ -272,13 +319,16 @@ class Console:
             self.reply(cmd, rid, error=str(e))
             return
         except MemoryError:
-            self.reply(cmd, rid, error="out of memory")
+            self.oom_reply(cmd, rid)
             return
         except Exception as e:   # a bug in one command must not stop the node
             self.reply(cmd, rid, error="internal error: %s" % type(e).__name__)
             return
         if data is not None:
-            self.reply(cmd, rid, data)
+            try:
+                self.reply(cmd, rid, data)
+            except MemoryError:
+                self.oom_reply(cmd, rid)
 
     # ---- commands ---------------------------------------------------------
     def _version(self):
@@ -343,7 +393,7 @@ class Console:
             d["queues"] = node.queue_info()
             d["probes"] = dict(node.probes.stats)
             d["console"] = {"requests": self.requests, "bad_lines": self.bad_lines,
-                            "dropped_lines": self.dropped}
+                            "dropped_lines": self.dropped, "oom": self.oom}
             return d
         if cmd == "ping":
             self._need(args, 1, 2, "ping KEY [COUNT]")
@@ -378,7 +428,7 @@ class Console:
         try:
             d = await coro
         except MemoryError:
-            self.reply(cmd, rid, error="out of memory")
+            self.oom_reply(cmd, rid)
             return
         except Exception as e:
             self.reply(cmd, rid, error="%s failed: %s" % (cmd, type(e).__name__))
@@ -430,8 +480,11 @@ class Console:
     async def _telemetry(self):
         try:
             while self.telemetry_s is not None:
-                for rec in self.records():
-                    self.emit(rec)
+                try:
+                    for rec in self.records():
+                        self.emit(rec)
+                except MemoryError:
+                    self.oom += 1
                 # sleep in short steps so `telemetry off` / a new period act soon
                 waited = 0.0
                 while self.telemetry_s is not None and waited < self.telemetry_s:
@@ -446,10 +499,13 @@ class Console:
     def on_event(self, kind, detail):
         if self.telemetry_s is None or self.node is None:
             return
-        d = self._record("event")
-        d["event"] = kind
-        d["detail"] = detail
-        self.emit(d)
+        try:
+            d = self._record("event")
+            d["event"] = kind
+            d["detail"] = detail
+            self.emit(d)
+        except MemoryError:
+            self.oom += 1
 
 
 def _router_version():

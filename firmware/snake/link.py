@@ -67,6 +67,22 @@ def set_nodelay(writer):
         return False
 
 
+def close_stream(writer):
+    """Close an asyncio stream's socket on either interpreter (MicroPython's
+    Stream.close() alone leaves the socket open)."""
+    try:
+        writer.close()
+    except (OSError, AttributeError, RuntimeError):
+        pass
+    if hasattr(writer, "awrite"):
+        s = getattr(writer, "s", None)
+        if s is not None:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
 def peer_name(writer, default="?"):
     """'host:port' of the remote end of an accepted asyncio stream."""
     try:
@@ -160,10 +176,6 @@ class TcpLink:
         if self.closed:
             return
         self.closed = True
-        try:
-            self.w.close()
-        except (OSError, AttributeError, RuntimeError):
-            pass
         # MicroPython does not wake a reader blocked on a socket closed under
         # it: cancel that task; recv_into turns the cancellation into EOF.
         t = self._rtask
@@ -172,6 +184,7 @@ class TcpLink:
                 t.cancel()
             except RuntimeError:
                 pass
+        close_stream(self.w)
 
 
 async def open_tcp(host, port, link_type, timeout_s=5):

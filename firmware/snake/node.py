@@ -26,7 +26,7 @@ import sys
 from snake import platform, wire
 from snake.platform import ticks_ms, ticks_diff, copy_into
 from snake import crypto
-from snake.router import Router, VERSION
+from snake.router import Router
 from snake import probe
 
 TICK_MS = 100
@@ -120,9 +120,10 @@ class Node:
         # runtime counters (fixed keys; the console's `stats` shows them)
         self.stats = {"links_up": 0, "links_down": 0, "hs_ok": 0, "duplicate": 0,
                       "no_port": 0, "framing": 0, "core_disconnect": 0, "app_rx": 0,
-                      "dials": 0, "dial_fail": 0, "accepts": 0}
+                      "dials": 0, "dial_fail": 0, "accepts": 0, "oom": 0}
         self.hs_fail = {}
-        self.listeners = {}      # name -> port number (for status/boot)
+        self.listeners = {}      # name -> "host:port" (for status/boot)
+        self.warnings = []       # start-up problems (boot line)
         self.console = None      # set by the console (events -> telemetry)
         self.on_app = None       # optional fn(src, payload) for other payloads
         self.log_fn = None
@@ -134,6 +135,17 @@ class Node:
     def log(self, msg):
         if self.log_fn is not None:
             self.log_fn(msg)
+
+    def oom(self):
+        """A MemoryError was caught and survived (counted in stats)."""
+        self.stats["oom"] += 1
+        import gc
+        gc.collect()
+
+    def warn(self, msg):
+        """A start-up problem the node runs on with (shown in the boot line)."""
+        self.warnings.append(msg)
+        self.log(msg)
 
     def stat(self, name, n=1):
         self.stats[name] = self.stats.get(name, 0) + n
@@ -315,8 +327,11 @@ class Node:
     async def _tick(self):
         r = self.router
         while True:
-            r.tick(ticks_ms())
-            self.after_receive()
+            try:
+                r.tick(ticks_ms())
+                self.after_receive()
+            except MemoryError:
+                self.oom()
             await _sleep_ms(TICK_MS)
 
     def start(self):
@@ -381,11 +396,7 @@ async def run_node(cfg, profile, seed):
         node.start()
         if profile.wifi:
             from snake import wifi
-            w = wifi.Wifi(node, cfg)
-            try:
-                await w.start()
-            except OSError as e:
-                console.log("wifi: cannot start: %s" % (e,))
+            await wifi.Wifi(node, cfg).start()
         if profile.ble or getattr(cfg, "ble_medium", None):
             start_ble(node, console)
     console.boot()
@@ -400,14 +411,14 @@ def start_ble(node, console):
     board's `bluetooth` module, or the host emulation (host_tools/blemu on
     the module path, SNAKEMESH_BLE_MEDIUM set: `snakemesh node --ble-medium`)."""
     if platform.try_import("bluetooth") is None:
-        console.log("ble: no bluetooth module on this platform: BLE off")
+        node.warn("ble: no bluetooth module on this platform: BLE off")
         return None
     try:
         from snake.ble import BleManager
         mgr = BleManager(node.profile, node.key, node.start_link)
         mgr.start()
     except (ImportError, OSError, ValueError, AttributeError) as e:
-        console.log("ble: cannot start: %s" % (e,))
+        node.warn("ble: cannot start: %s" % (e,))
         return None
     node.ble = mgr
     return mgr
@@ -415,6 +426,16 @@ def start_ble(node, console):
 
 def main(argv=None):
     """Entry point of firmware/main.py."""
+    try:
+        return _main(argv)
+    except MemoryError:
+        _unload("snake.config")
+        _log_line("error: out of memory while booting")
+        _boot_fail("out of memory while booting")
+        return 3
+
+
+def _main(argv):
     from snake import config as cfgmod
     from snake.profile import Profile, ProfileError
     if argv is None:
@@ -437,11 +458,47 @@ def main(argv=None):
     if cfg.multicast is not None:
         profile.multicast = cfg.multicast
     seed = cfg.take_seed()
+    cfg = _settings(cfg)
+    # the config parser is not needed after boot: give its memory back
+    cfgmod = None
+    _unload("snake.config")
     try:
         asyncio.run(run_node(cfg, profile, seed))
     except KeyboardInterrupt:
         pass
     return 0
+
+
+class Settings:
+    """What the running node keeps of its config (snake.config is unloaded)."""
+    pass
+
+
+SETTINGS = ("key_error", "listen", "connect", "multicast", "ble_medium", "ssid", "password",
+            "hs_timeout_ms")
+
+
+def _settings(cfg):
+    s = Settings()
+    for k in SETTINGS:
+        setattr(s, k, getattr(cfg, k))
+    return s
+
+
+def _unload(name):
+    try:
+        del sys.modules[name]
+    except KeyError:
+        pass
+    pkg, _, attr = name.rpartition(".")
+    mod = sys.modules.get(pkg)
+    if mod is not None:
+        try:
+            delattr(mod, attr)
+        except AttributeError:
+            pass
+    import gc
+    gc.collect()
 
 
 def _boot_fail(msg):

@@ -50,21 +50,25 @@ async def _skip(link, mv, n):
     return True
 
 
-async def handshake(node, link, buf, mv):
-    """Exchange handshakes; the peer's public key (bytes) or None (counted)."""
+async def _exchange(node, link, mv):
+    # send ours, read theirs; "send" / "eof" / None (ok)
     try:
         await link.send(node.hs, wire.HANDSHAKE_LEN)
     except OSError:
-        node.hs_failed("send", link)
-        return None
+        return "send"
+    if not await _read_exact(link, mv, 0, wire.HANDSHAKE_LEN):
+        return "eof"
+    return None
+
+
+async def handshake(node, link, buf, mv):
+    """Exchange handshakes; the peer's public key (bytes) or None (counted)."""
     try:
-        ok = await asyncio.wait_for(_read_exact(link, mv, 0, wire.HANDSHAKE_LEN),
-                                    node.hs_timeout_ms / 1000)
+        err = await asyncio.wait_for(_exchange(node, link, mv), node.hs_timeout_ms / 1000)
     except asyncio.TimeoutError:
-        node.hs_failed("timeout", link)
-        return None
-    if not ok:
-        node.hs_failed("eof", link)
+        err = "timeout"
+    if err is not None:
+        node.hs_failed(err, link)
         return None
     try:
         pub, signed, sig = wire.parse_handshake(buf)
@@ -87,7 +91,10 @@ async def _writer(node, link, port, q):
                 q.ev.clear()
                 await q.ev.wait()
             i = q.head
-            await link.send(q.slots[i], q.lens[i])
+            try:
+                await link.send(q.slots[i], q.lens[i])
+            except MemoryError:
+                node.oom()     # that frame is dropped
             q.pop()
     except OSError:
         link.close()
@@ -142,8 +149,12 @@ async def run(node, link):
             if n > wire.HEADER_LEN:
                 if not await _read_exact(link, mv, wire.HEADER_LEN, n - wire.HEADER_LEN):
                     break
-            r.receive(port, buf, n, ticks_ms())
-            node.after_receive()
+            try:
+                r.receive(port, buf, n, ticks_ms())
+                node.after_receive()
+            except MemoryError:
+                # the frame is lost, the link and the node carry on
+                node.oom()
             if node.links[port] is not link:
                 reason = "closed by router"
                 break

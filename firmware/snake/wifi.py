@@ -26,7 +26,8 @@ import asyncio
 
 from snake import platform
 from snake.platform import ticks_ms, ticks_diff
-from snake.link import TcpLink, LINK_MULTICAST, LINK_REMOTE, set_nodelay, peer_name, host_port, open_tcp
+from snake.link import (TcpLink, LINK_MULTICAST, LINK_REMOTE, set_nodelay, peer_name, host_port,
+                        open_tcp, close_stream)
 
 GROUP = "224.0.0.114"
 MCAST_PORT = 60606
@@ -49,6 +50,16 @@ def _sleep_ms(ms):
 def _addr(host, port):
     import socket
     return socket.getaddrinfo(host, port)[0][-1]
+
+
+def _err(e):
+    try:
+        import errno
+        code = e.args[0]
+        name = errno.errorcode.get(code) if hasattr(errno, "errorcode") else None
+        return "%s (errno %d)" % (name, code) if name else "errno %s" % (code,)
+    except (AttributeError, IndexError, TypeError):
+        return str(e)
 
 
 def _ip_bytes(dotted):
@@ -76,28 +87,41 @@ class Wifi:
 
     # ---- start ----------------------------------------------------------
     async def start(self):
+        """Bring up what the config asks for; each part on its own, so a
+        failing one (a busy port, no multicast route) leaves the others up.
+        Returns the list of failures (strings, also in node.warnings)."""
         cfg = self.cfg
+        node = self.node
+        errors = []
         await self.join_ap()
-        prof = self.node.profile
+        prof = node.profile
         host = "0.0.0.0"
         if cfg is not None and cfg.listen is not None:
             host = cfg.listen[0]
-        # static listener first: an explicit port must not be taken by a
-        # randomly chosen multicast port
-        if cfg is not None and cfg.listen is not None:
-            srv, port = await self._listen(cfg.listen[0], cfg.listen[1], LINK_REMOTE)
-            self.static_port = port
-            self.node.listeners["static"] = "%s:%d" % (cfg.listen[0], port)
+            # static listener first: an explicit port must not be taken by a
+            # randomly chosen multicast port
+            try:
+                srv, port = await self._listen(cfg.listen[0], cfg.listen[1], LINK_REMOTE)
+                self.static_port = port
+                node.listeners["static"] = "%s:%d" % (cfg.listen[0], port)
+            except OSError as e:
+                errors.append("cannot listen on %s:%d: %s" % (cfg.listen[0], cfg.listen[1], _err(e)))
         if prof.multicast:
-            srv, port = await self._listen(host, prof.listen_port, LINK_MULTICAST)
-            self.mc_port = port
-            self.node.listeners["multicast"] = "%s:%d" % (host, port)
-            self._open_multicast()
-            self.tasks.append(asyncio.create_task(self._beacon_tx()))
-            self.tasks.append(asyncio.create_task(self._beacon_rx()))
+            try:
+                srv, port = await self._listen(host, prof.listen_port, LINK_MULTICAST)
+                self.mc_port = port
+                node.listeners["multicast"] = "%s:%d" % (host, port)
+                self._open_multicast()
+                self.tasks.append(asyncio.create_task(self._beacon_tx()))
+                self.tasks.append(asyncio.create_task(self._beacon_rx()))
+            except OSError as e:
+                errors.append("multicast discovery off: %s" % _err(e))
         if cfg is not None:
             for hp in cfg.connect:
                 self.tasks.append(asyncio.create_task(self._static(hp[0], hp[1])))
+        for e in errors:
+            node.warn("wifi: " + e)
+        return errors
 
     async def join_ap(self):
         """Join the configured access point (boards with network.WLAN only)."""
@@ -156,7 +180,12 @@ class Wifi:
         from snake import stream
         set_nodelay(writer)
         self.node.stat("accepts")
-        link = TcpLink(reader, writer, link_type, "tcp " + peer_name(writer) + (" (in)"), outbound=False)
+        try:
+            link = TcpLink(reader, writer, link_type, "tcp " + peer_name(writer) + " (in)", outbound=False)
+        except MemoryError:
+            self.node.oom()
+            close_stream(writer)
+            return
         await stream.run(self.node, link)
 
     # ---- multicast --------------------------------------------------------
@@ -208,9 +237,12 @@ class Wifi:
             while True:
                 try:
                     data, addr = s.recvfrom(64)
+                    self.on_beacon(data, addr)
                 except OSError:
                     break
-                self.on_beacon(data, addr)
+                except MemoryError:
+                    self.node.oom()
+                    break
             await _sleep_ms(POLL_MS)
 
     def on_beacon(self, data, addr):

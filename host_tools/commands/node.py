@@ -1,0 +1,109 @@
+"""`snakemesh node`: run a snakemesh firmware node on this machine (the
+MicroPython unix port), e.g. to join a mesh from a laptop.
+
+    snakemesh node --key-file me.key --listen 0.0.0.0:7000
+    snakemesh node --seed HEX --connect 10.0.0.5:7000 --no-multicast --console-port 7100
+
+Prints the node's public key and its console (a pseudo-terminal path, and
+socket://127.0.0.1:N with --console-port), which `snakemesh status/peers/
+ping/trace/monitor --port ...` and any serial terminal can open. Runs until
+Ctrl-C / SIGTERM, then stops the node (no process is left behind).
+"""
+import signal
+import sys
+import time
+
+from host_tools import keystore
+from host_tools.errors import CliError, UsageError
+
+
+def _hostport(s):
+    import argparse
+    i = s.rfind(":")
+    host, p = (s[:i], s[i + 1:]) if i >= 0 else ("0.0.0.0", s)
+    try:
+        port = int(p)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected HOST:PORT, got %r" % s)
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError("port out of range in %r" % s)
+    return (host or "0.0.0.0", port)
+
+
+def register(subparsers):
+    p = subparsers.add_parser(
+        "node", help="run a firmware node on the MicroPython unix port (join a mesh from this machine)",
+        description="Start the snakemesh firmware on the MicroPython unix port. Prints the node's "
+                    "public key and console URL; Ctrl-C stops it.")
+    key = p.add_mutually_exclusive_group(required=True)
+    key.add_argument("--seed", metavar="HEX", help="node seed, 64 hex digits (prefer --key-file)")
+    key.add_argument("--key-file", metavar="FILE", help="node key file (from `snakemesh keygen`)")
+    p.add_argument("--listen", type=_hostport, metavar="HOST:PORT",
+                   help="static TCP listener for peers that --connect here")
+    p.add_argument("--connect", type=_hostport, action="append", default=[], metavar="HOST:PORT",
+                   help="static peer to dial (repeatable)")
+    p.add_argument("--no-multicast", action="store_true", help="no LAN multicast discovery")
+    p.add_argument("--ble-medium", metavar="ADDR", help="emulated BLE medium to attach to")
+    p.add_argument("--profile", metavar="BOARD|FILE", default="UNIX",
+                   help="board profile: a name in boards/ or a profile.json (default %(default)s)")
+    p.add_argument("--console-port", type=int, metavar="N",
+                   help="also serve the console on socket://127.0.0.1:N (0 = any free port)")
+    p.add_argument("--heapsize", metavar="SIZE", help="MicroPython heap size, e.g. 110K (default: the port's)")
+    p.add_argument("--mpy", action="store_true", help="run the firmware compiled to .mpy, as on a board")
+    p.add_argument("--handshake-timeout", type=float, metavar="S", help="handshake deadline (default 10 s)")
+    p.add_argument("--micropython", metavar="PATH", help="micropython binary (default: the venv's)")
+    p.set_defaults(func=run)
+
+
+def run(args):
+    from host_tools.nodeproc import NodeProcess, build_mpy
+    seed = None
+    if args.seed is not None:
+        seed = keystore.parse_seed(args.seed.encode(), "--seed")
+    if args.console_port is not None and not 0 <= args.console_port <= 65535:
+        raise UsageError("--console-port must be within 0..65535")
+    mpy_dir = None
+    tmp = None
+    if args.mpy:
+        import tempfile
+        tmp = tempfile.TemporaryDirectory(prefix="snakemesh-mpy-")
+        mpy_dir = build_mpy(tmp.name)
+    node = NodeProcess(seed=seed, key_file=args.key_file, listen=args.listen, connect=args.connect,
+                       multicast=not args.no_multicast, ble_medium=args.ble_medium, profile=args.profile,
+                       heapsize=args.heapsize, mpy_dir=mpy_dir, console_port=args.console_port,
+                       handshake_timeout=args.handshake_timeout, micropython=args.micropython)
+    stopping = []
+
+    def on_signal(signum, frame):
+        stopping.append(signum)
+        raise KeyboardInterrupt
+    old = {}
+    for s in (signal.SIGINT, signal.SIGTERM):
+        old[s] = signal.signal(s, on_signal)
+    try:
+        node.start()
+        print("node %s" % node.pubkey)
+        print("console %s" % node.pty_path)
+        if node.console_url:
+            print("console %s" % node.console_url)
+        listen = node.boot.get("listen") or {}
+        for name in sorted(listen):
+            print("listen %s %s" % (name, listen[name]))
+        for w in node.boot.get("warnings") or []:
+            print("snakemesh: warning: %s" % w, file=sys.stderr)
+        print("running; Ctrl-C stops the node")
+        sys.stdout.flush()
+        while node.alive():
+            time.sleep(0.2)
+        rc = node.proc.returncode
+        raise CliError("node exited with code %s" % rc)
+    except KeyboardInterrupt:
+        if not stopping or stopping[0] == signal.SIGINT:
+            print("stopping node %s" % node.pubkey[:16], file=sys.stderr)
+        return 0
+    finally:
+        node.stop()
+        for s, h in old.items():
+            signal.signal(s, h)
+        if tmp is not None:
+            tmp.cleanup()

@@ -1,0 +1,187 @@
+# Console line protocol (snake/console.py): request parsing, argument
+# checks, and every reply line being "@sm " + one valid JSON object, against
+# a real Node (no links) on both interpreters.
+import asyncio
+import json
+
+from snake import console
+from snake.console import Console, ConsoleError, parse_request, parse_key, parse_count, parse_interval
+from snake.crypto import Signer
+from snake.node import Node
+from snake.profile import Profile
+
+SEED = bytes([0x5A]) * 32
+
+
+class Out:
+    def __init__(self):
+        self.data = bytearray()
+
+    def write(self, b):
+        self.data += b
+
+    def objects(self):
+        out = []
+        for line in bytes(self.data).split(b"\n"):
+            if not line:
+                continue
+            if line.startswith(b"@sm "):
+                out.append(json.loads(line[4:].decode()))
+            else:
+                assert line.startswith(b"snakemesh: "), line
+        return out
+
+    def clear(self):
+        self.data = bytearray()
+
+
+_node = []
+
+
+def node():
+    if not _node:
+        p = Profile({"max_peers": 3, "max_routes": 4, "coord_cache": 2, "sig_cache": 4, "max_hops": 4,
+                     "frame_max": 512, "wakeup_filter": 2, "wifi_queue": 2, "ble_queue": 1})
+        _node.append(Node(p, Signer(SEED)))
+    return _node[0]
+
+
+def raises(fn, *a):
+    try:
+        fn(*a)
+    except ConsoleError as e:
+        return str(e)
+    raise AssertionError("no ConsoleError for %r" % (a,))
+
+
+def test_parse_request():
+    assert parse_request(b"status") == (None, "status", [])
+    assert parse_request(b"#7 ping ab 3") == ("7", "ping", ["ab", "3"])
+    assert parse_request(b"  #a-b.c_d   tree  ") == ("a-b.c_d", "tree", [])
+    assert parse_request(b"   ") is None
+    assert parse_request(b"") is None
+    raises(parse_request, b"#")
+    raises(parse_request, b"#17")
+    raises(parse_request, b"#bad!id status")
+    raises(parse_request, b"#" + b"x" * 17 + b" status")
+    msg = raises(parse_request, b"\xff\xfe status")
+    assert "UTF-8" in msg
+
+
+def test_parse_args():
+    assert parse_key("0f" * 32) == b"\x0f" * 32
+    assert parse_key("AB" * 32) == b"\xab" * 32
+    for bad in ("", "0f" * 31, "0f" * 33, "zz" * 32, "0f" * 31 + "0"):
+        raises(parse_key, bad)
+    assert parse_count("1") == 1 and parse_count("100") == 100
+    for bad in ("0", "-1", "101", "x", "1.5"):
+        raises(parse_count, bad)
+    assert parse_interval("off") is None
+    assert parse_interval("2") == 2.0 and parse_interval("0.5") == 0.5
+    for bad in ("0", "-1", "fast", "1e9", ""):
+        raises(parse_interval, bad)
+
+
+def test_every_command_one_json_line():
+    out = Out()
+    c = Console(node(), out=out)
+    for cmd in ("help", "version", "status", "peers", "tree", "snake", "routes", "stats",
+                "telemetry off"):
+        out.clear()
+        c.handle(("#i1 " + cmd).encode())
+        objs = out.objects()
+        assert len(objs) == 1, (cmd, out.data)
+        o = objs[0]
+        assert o["ok"] is True and o["id"] == "i1" and o["re"] == cmd.split()[0], o
+    out.clear()
+    c.handle(b"status")
+    st = out.objects()[0]
+    key = st["key"]
+    assert len(key) == 64 and st["root"] == key and st["peers"] == 0 and "id" not in st
+    for k in ("version", "root_seq", "parent", "coords", "depth", "desc", "routes", "uptime_s", "mem_free"):
+        assert k in st
+
+
+def test_errors_are_replies():
+    out = Out()
+    c = Console(node(), out=out)
+    bad = [b"nosuch", b"#9 nosuch", b"\xff\x00\x80", b"#", b"ping", b"ping 12", b"trace",
+           b"telemetry", b"telemetry x", b"status now", b"ping " + b"00" * 32 + b" 0", b"\x1b[A"]
+    for line in bad:
+        out.clear()
+        c.handle(line)
+        objs = out.objects()
+        assert len(objs) == 1, (line, out.data)
+        assert objs[0]["ok"] is False and objs[0]["error"], objs[0]
+    out.clear()
+    c.handle(b"#9 nosuch")
+    o = out.objects()[0]
+    assert o["id"] == "9" and o["re"] == "nosuch"
+    out.clear()
+    c.handle(b"\x01\x02 \x03")
+    o = out.objects()[0]
+    assert o["re"] == "??"   # control characters never reach the output
+    assert c.bad_lines >= 3
+
+
+def test_node_not_running():
+    out = Out()
+    c = Console(None, boot_error="no key: give --key-file", out=out)
+    c.boot()
+    c.handle(b"#1 status")
+    c.handle(b"#2 help")
+    c.handle(b"#3 version")
+    boot, st, hl, ver = out.objects()
+    assert boot["re"] == "boot" and boot["ok"] is False and "no key" in boot["error"]
+    assert st["ok"] is False and "not running" in st["error"]
+    assert hl["ok"] is True and ver["ok"] is True
+
+
+class ByteReader:
+    """An asyncio reader that returns the given bytes, then EOF."""
+
+    def __init__(self, data):
+        self.data = data
+        self.i = 0
+
+    async def read(self, n):
+        await asyncio.sleep(0)
+        b = self.data[self.i:self.i + n]
+        self.i += n
+        return b
+
+
+def test_line_reader_overlong_and_crlf():
+    out = Out()
+    c = Console(node(), out=out)
+    data = (b"#1 help\r\n" + b"x" * (console.MAX_LINE + 50) + b"\r\n" + b"\n\r\n" +
+            b"#2 version\n#3 nosuch\r#4 snake")     # the last line has no end: not handled
+    asyncio.run(c.run(ByteReader(data)))
+    objs = out.objects()
+    assert [o.get("id") for o in objs] == ["1", None, "2", "3"], objs
+    assert "too long" in objs[1]["error"]
+    assert objs[2]["ok"] is True and objs[3]["ok"] is False
+
+
+def test_private_key_not_in_output():
+    out = Out()
+    c = Console(node(), out=out)
+    c.boot()
+    for cmd in console.COMMANDS:
+        c.handle(cmd.encode())
+    c.set_telemetry(None)
+    text = bytes(out.data).lower()
+    import binascii
+    assert binascii.hexlify(SEED) not in text and SEED not in bytes(out.data)
+
+
+def test_telemetry_records():
+    out = Out()
+    c = Console(node(), out=out)
+    st, co, pe = c.records()
+    for rec, kind in ((st, "state"), (co, "counters"), (pe, "peers")):
+        assert rec["v"] == 1 and rec["kind"] == kind and rec["node"] == st["node"] and "up" in rec
+        c.emit(rec)
+    assert "occupancy" in co and "drops" in co and "mem_free" in co
+    assert pe["peers"] == [] and "root" in st and "desc" in st
+    assert len(out.objects()) == 3
