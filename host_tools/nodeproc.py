@@ -188,8 +188,8 @@ class NodeProcess(object):
             from host_tools.blemu import BLEMU_DIR
             path.append(BLEMU_DIR)
             env["SNAKEMESH_BLE_MEDIUM"] = str(self.ble_medium)
-            if self.ble_name:
-                env["SNAKEMESH_BLE_NAME"] = str(self.ble_name)
+            # the node's name in the medium's topology: given, or its key prefix
+            env["SNAKEMESH_BLE_NAME"] = str(self.ble_name or self.pubkey[:8])
         env["MICROPYPATH"] = ":".join(path)
         env.pop("SNAKEMESH_SEED", None)
         if self.seed is not None:

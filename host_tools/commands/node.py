@@ -43,7 +43,9 @@ def register(subparsers):
     p.add_argument("--connect", type=_hostport, action="append", default=[], metavar="HOST:PORT",
                    help="static peer to dial (repeatable)")
     p.add_argument("--no-multicast", action="store_true", help="no LAN multicast discovery")
-    p.add_argument("--ble-medium", metavar="ADDR", help="emulated BLE medium to attach to")
+    p.add_argument("--ble-medium", metavar="ADDR", help="emulated BLE medium to attach to (HOST:PORT)")
+    p.add_argument("--ble-name", metavar="NAME",
+                   help="this node's name in the BLE medium's topology (default: first 8 hex digits of its key)")
     p.add_argument("--profile", metavar="BOARD|FILE", default="UNIX",
                    help="board profile: a name in boards/ or a profile.json (default %(default)s)")
     p.add_argument("--console-port", type=int, metavar="N",
@@ -69,7 +71,8 @@ def run(args):
         tmp = tempfile.TemporaryDirectory(prefix="snakemesh-mpy-")
         mpy_dir = build_mpy(tmp.name)
     node = NodeProcess(seed=seed, key_file=args.key_file, listen=args.listen, connect=args.connect,
-                       multicast=not args.no_multicast, ble_medium=args.ble_medium, profile=args.profile,
+                       multicast=not args.no_multicast, ble_medium=args.ble_medium,
+                       ble_name=args.ble_name, profile=args.profile,
                        heapsize=args.heapsize, mpy_dir=mpy_dir, console_port=args.console_port,
                        handshake_timeout=args.handshake_timeout, micropython=args.micropython)
     stopping = []

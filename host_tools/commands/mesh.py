@@ -1,0 +1,88 @@
+"""`snakemesh mesh`: a process mesh of unix-port firmware nodes (one process
+per node of a topology), driven and inspected through the nodes' consoles."""
+import os
+import random
+import signal
+import sys
+import time
+
+from host_tools.errors import InputError
+
+
+def register(sub):
+    p = sub.add_parser("mesh", help="run a mesh of unix-port firmware processes from a topology",
+                       description="Start one MicroPython unix-port node per topology node (Wi-Fi "
+                                   "edges over loopback TCP, @ble edges through the emulated BLE "
+                                   "medium), wait for convergence, ping and trace through the "
+                                   "consoles, record telemetry, stop everything.")
+    p.add_argument("--topology", required=True, metavar="FILE", help="topology file (see README)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (telemetry.jsonl, logs/)")
+    p.add_argument("--seed", type=int, default=1, help="key seed: node keys derive from it and the names")
+    p.add_argument("--profile", default="UNIX", metavar="BOARD|FILE", help="board profile (default UNIX)")
+    p.add_argument("--duration", type=float, default=15.0, metavar="S",
+                   help="seconds of telemetry and probes after convergence (default 15)")
+    p.add_argument("--pings", type=int, default=12, metavar="N", help="random pairs to ping (default 12)")
+    p.add_argument("--traces", type=int, default=4, metavar="N", help="random pairs to trace (default 4)")
+    p.add_argument("--converge-timeout", type=float, default=120.0, metavar="S")
+    p.add_argument("--heapsize", metavar="SIZE", help="MicroPython heap per node, e.g. 256K")
+    p.set_defaults(func=run)
+
+
+def say(msg):
+    print("[%s] %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
+
+
+def run_mesh(args, progress=say):
+    from host_tools.mesh import ProcessMesh
+    if not os.path.isfile(args.topology):
+        raise InputError("no such topology file: %s" % args.topology)
+    os.makedirs(args.out, exist_ok=True)
+    rnd = random.Random(args.seed)
+    summary = {}
+    with ProcessMesh(args.topology, args.out, seed=args.seed, profile=args.profile,
+                     heapsize=args.heapsize, log=progress) as m:
+        progress("%d nodes up, %d links (%d BLE)" % (len(m.names), len(m.edges),
+                                                     sum(1 for e in m.edges if e[2] == "ble")))
+        t_tree, t_snake = m.wait_converged(timeout=args.converge_timeout, progress=progress)
+        summary.update(tree_converged_s=round(t_tree, 1), snake_converged_s=round(t_snake, 1))
+        for n in m.names:
+            m.request(n, "telemetry 1")
+        pairs = [(a, b) for a in m.names for b in m.names if a != b]
+        rnd.shuffle(pairs)
+        ok = 0
+        for a, b in pairs[:args.pings]:
+            r = m.ping(a, b, count=1)
+            good = bool(r.get("received"))
+            ok += good
+            rtt = (r.get("rtts_ms") or [None])[0]
+            progress("ping %-8s -> %-8s %s" % (a, b, ("%.1f ms" % rtt) if good else "LOST"))
+        summary.update(pings=args.pings, pings_ok=ok)
+        for a, b in pairs[args.pings:args.pings + args.traces]:
+            r = m.trace(a, b)
+            hops = r.get("hops") or []
+            names = [m.name_of(h.get("key")) for h in hops]
+            progress("trace %-8s -> %-8s %s" % (a, b, " > ".join(str(x) for x in names) or "no reply"))
+        end = time.monotonic() + args.duration
+        while time.monotonic() < end:
+            for n in m.names:
+                for obj in m.nodes[n].read_objects(0.05):
+                    if isinstance(obj, dict) and "v" in obj:
+                        m._emit(obj)
+        for n in m.names:
+            m.request(n, "telemetry off")
+        summary["pids"] = m.pids()
+    return summary
+
+
+def run(args):
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        s = run_mesh(args)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    say("converged: tree %.1f s, snake %.1f s; pings %d/%d; telemetry in %s"
+        % (s["tree_converged_s"], s["snake_converged_s"], s["pings_ok"], s["pings"],
+           os.path.join(args.out, "telemetry.jsonl")))
+    return 0 if s["pings_ok"] == s["pings"] else 1

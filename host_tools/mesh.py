@@ -1,0 +1,317 @@
+"""Process mesh: one MicroPython unix-port firmware process per node of a
+topology, inspected through each node's console exactly like a board.
+
+    with ProcessMesh(topology_file, out_dir) as m:   # starts everything
+        m.wait_converged(timeout=90)                  # root agreed, snake complete
+        m.ping("a", "d"); m.trace("a", "d")           # through a's console
+        m.record(seconds=10)                          # telemetry -> out_dir
+    # every process (nodes, BLE medium) is stopped here, also on Ctrl-C
+
+Links: a Wi-Fi edge is a TCP link over loopback (the higher-indexed node
+dials the other's static listener: link type "remote"; multicast discovery
+is off so the mesh has exactly the topology's links); a `@ble` edge goes
+through the emulated BLE radio medium (host_tools/blemu), which only lets
+nodes that share a `@ble` edge hear each other. A pair may have both.
+
+Outputs in out_dir: telemetry.jsonl (the nodes' telemetry records, probe
+records for every ping/trace the mesh ran, one topology record),
+topology.txt, nodes.json (name -> key, console path), and logs/ (each
+node's console output that was not protocol).
+"""
+import binascii
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from host_tools.errors import CliError, InputError
+from host_tools.nodeproc import NodeProcess
+from host_tools.sim.keys import node_seed
+
+LINK_NAMES = ("wifi", "ble", "remote")
+
+
+def parse_topology(path):
+    """Names in order and edges {(a, b, link)} from the shared topology
+    format plus `@link` tokens (other `@` options are ignored here). Unlike
+    the simulator, the same pair may appear once per link type."""
+    try:
+        text = open(path).read()
+    except OSError as e:
+        raise InputError("cannot read topology %s: %s" % (path, e.strerror))
+    names = []
+    edges = []
+    seen = set()
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        link = "wifi"
+        chain = []
+        for tok in line.split():
+            if tok.startswith("@"):
+                opt = tok[1:]
+                if "=" not in opt:
+                    if opt not in LINK_NAMES:
+                        raise InputError("%s:%d: unknown link type @%s (process mesh: @wifi or @ble)"
+                                         % (path, lineno, opt))
+                    link = opt
+                continue
+            chain.append(tok)
+        for n in chain:
+            if n not in names:
+                names.append(n)
+        for a, b in zip(chain, chain[1:]):
+            if a == b:
+                continue
+            key = (min(a, b), max(a, b), link)
+            if key not in seen:
+                seen.add(key)
+                edges.append((a, b, "remote" if link == "remote" else link))
+    if len(names) < 2:
+        raise InputError("topology %s has fewer than two nodes" % path)
+    return names, edges
+
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class ProcessMesh(object):
+    def __init__(self, topology, out_dir, seed=1, profile="UNIX", ble_latency_ms=5.0,
+                 heapsize=None, log=None):
+        self.topology_path = topology
+        self.names, self.edges = parse_topology(topology)
+        self.out_dir = out_dir
+        self.seed = seed
+        self.profile = profile
+        self.ble_latency_ms = ble_latency_ms
+        self.heapsize = heapsize
+        self.log = log or (lambda msg: None)
+        self.nodes = {}          # name -> NodeProcess
+        self.keys = {}           # name -> key bytes
+        self.medium = None
+        self.medium_addr = None
+        self._tmp = None
+        self._tel = None
+        self.t0 = None
+        self.probes = 0
+        for n in self.names:
+            s = node_seed(str(seed), n)
+            from snake.crypto import Signer
+            self.keys[n] = Signer(s).public
+
+    # -- lifecycle -----------------------------------------------------------
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    def hexkey(self, name):
+        return binascii.hexlify(self.keys[name]).decode()
+
+    def name_of(self, hexkey):
+        for n in self.names:
+            if self.hexkey(n) == hexkey:
+                return n
+        return hexkey[:8] if hexkey else None
+
+    def start(self, boot_timeout=30.0):
+        os.makedirs(os.path.join(self.out_dir, "logs"), exist_ok=True)
+        self._tmp = tempfile.TemporaryDirectory(prefix="snakemesh-mesh-")
+        self.t0 = time.time()
+        self._tel = open(os.path.join(self.out_dir, "telemetry.jsonl.part"), "w")
+        ble_edges = [(a, b) for a, b, l in self.edges if l == "ble"]
+        ble_nodes = set()
+        if ble_edges:
+            topo = os.path.join(self._tmp.name, "ble-topology.txt")
+            with open(topo, "w") as f:
+                for a, b in ble_edges:
+                    f.write("%s %s @ble\n" % (a, b))
+                    ble_nodes.update((a, b))
+            self._start_medium(topo)
+        listen = {n: ("127.0.0.1", _free_port()) for n in self.names}
+        index = {n: i for i, n in enumerate(self.names)}
+        connect = {n: [] for n in self.names}
+        for a, b, link in self.edges:
+            if link == "ble":
+                continue
+            lo, hi = (a, b) if index[a] < index[b] else (b, a)
+            connect[hi].append(listen[lo])
+        for n in self.names:
+            err = open(os.path.join(self.out_dir, "logs", n + ".stderr"), "w")
+            node = NodeProcess(seed=node_seed(str(self.seed), n), listen=listen[n], connect=connect[n],
+                               multicast=False, profile=self.profile, heapsize=self.heapsize,
+                               ble_medium=self.medium_addr if n in ble_nodes else None, ble_name=n,
+                               stderr=err)
+            self.nodes[n] = node
+            node.start(timeout=boot_timeout)
+            self.log("node %-10s up  %s  console %s" % (n, node.pubkey[:16], node.pty_path))
+        self._write_topology()
+
+    def _start_medium(self, topo):
+        cmd = [sys.executable, "-m", "host_tools.blemu.medium", "--topology", topo, "--port", "0",
+               "--latency-ms", str(self.ble_latency_ms)]
+        from host_tools import REPO_ROOT
+        self.medium = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                                       stderr=open(os.path.join(self.out_dir, "logs", "ble-medium.stderr"), "w"),
+                                       text=True)
+        line = self.medium.stdout.readline()
+        if "listening on" not in line:
+            raise CliError("the emulated BLE medium did not start (see %s)"
+                           % os.path.join(self.out_dir, "logs", "ble-medium.stderr"))
+        self.medium_addr = line.strip().rsplit(" ", 1)[1]
+        self.log("ble medium on %s (%d BLE links)" % (self.medium_addr,
+                                                      sum(1 for e in self.edges if e[2] == "ble")))
+
+    def stop(self):
+        for n, node in list(self.nodes.items()):
+            try:
+                for line in node.lines:
+                    pass
+                node.stop()
+            except Exception:
+                pass
+        if self.medium is not None:
+            if self.medium.poll() is None:
+                self.medium.terminate()
+                try:
+                    self.medium.wait(5)
+                except subprocess.TimeoutExpired:
+                    self.medium.kill()
+                    self.medium.wait(5)
+            self.medium = None
+        if self._tel is not None:
+            self._tel.close()
+            self._tel = None
+            part = os.path.join(self.out_dir, "telemetry.jsonl.part")
+            # complete runs only: the file is renamed when the mesh stops
+            # normally; an interrupted run keeps the .part name
+            os.replace(part, os.path.join(self.out_dir, "telemetry.jsonl"))
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def pids(self):
+        out = [n.proc.pid for n in self.nodes.values() if n.proc is not None]
+        if self.medium is not None:
+            out.append(self.medium.pid)
+        return out
+
+    # -- output --------------------------------------------------------------
+    def _emit(self, rec):
+        if self._tel is not None:
+            self._tel.write(json.dumps(rec, sort_keys=True) + "\n")
+
+    def _write_topology(self):
+        names = {self.hexkey(n): n for n in self.names}
+        edges = [[self.hexkey(a), self.hexkey(b), link] for a, b, link in self.edges]
+        self._emit({"v": 1, "kind": "topology", "t": round(time.time(), 3),
+                    "node": self.hexkey(self.names[0]), "edges": edges, "names": names})
+        with open(os.path.join(self.out_dir, "topology.txt"), "w") as f:
+            for a, b, link in self.edges:
+                f.write("%s %s%s\n" % (a, b, "" if link == "wifi" else " @" + link))
+        with open(os.path.join(self.out_dir, "nodes.json"), "w") as f:
+            json.dump({n: {"key": self.hexkey(n), "console": self.nodes[n].pty_path}
+                       for n in self.names}, f, indent=1, sort_keys=True)
+
+    # -- console -------------------------------------------------------------
+    def request(self, name, command, timeout=15.0):
+        node = self.nodes[name]
+        recs = []
+        reply = node.request(command, timeout=timeout, records=recs)
+        for r in recs:
+            if isinstance(r, dict) and "v" in r:
+                self._emit(r)
+        if reply is None:
+            raise CliError("node %s did not answer %r within %g s" % (name, command, timeout))
+        return reply
+
+    def status(self):
+        return {n: self.request(n, "status") for n in self.names}
+
+    def converged(self):
+        """(tree agreed, snake complete, detail) from every node's status."""
+        st = self.status()
+        keys = sorted(self.keys.values())
+        want_root = self.hexkey(max(self.keys, key=lambda n: self.keys[n]))
+        tree = all(s.get("ok") and s.get("root") == want_root for s in st.values())
+        snake = True
+        for n in self.names:
+            k = self.keys[n]
+            i = keys.index(k)
+            want = binascii.hexlify(keys[i - 1]).decode() if i > 0 else None
+            if st[n].get("desc") != want:
+                snake = False
+        return tree, snake, st
+
+    def wait_converged(self, timeout=120.0, progress=None):
+        end = time.monotonic() + timeout
+        t_tree = t_snake = None
+        start = time.monotonic()
+        while True:
+            tree, snake, _ = self.converged()
+            now = time.monotonic()
+            if tree and t_tree is None:
+                t_tree = now - start
+                if progress:
+                    progress("root agreed by all %d nodes after %.1f s" % (len(self.names), t_tree))
+            if tree and snake:
+                t_snake = now - start
+                if progress:
+                    progress("snake complete after %.1f s" % t_snake)
+                return t_tree, t_snake
+            if now > end:
+                raise CliError("mesh did not converge within %g s (tree %s, snake %s)"
+                               % (timeout, "ok" if tree else "not agreed", "ok" if snake else "incomplete"))
+            time.sleep(0.5)
+
+    def ping(self, a, b, count=1, timeout=20.0):
+        r = self.request(a, "ping %s %d" % (self.hexkey(b), count), timeout=timeout)
+        self.probes += 1
+        rtts = r.get("rtts_ms") or []
+        ok = bool(r.get("ok")) and r.get("received", 0) > 0
+        self._emit({"v": 1, "kind": "probe", "t": round(time.time(), 3), "node": self.hexkey(a),
+                    "probe": "ping", "id": self.probes, "src": self.hexkey(a), "dst": self.hexkey(b),
+                    "ok": ok, "rtt_ms": (sum(rtts) / len(rtts)) if rtts else None,
+                    "hops": None, "path": None})
+        return r
+
+    def trace(self, a, b, timeout=30.0):
+        r = self.request(a, "trace %s" % self.hexkey(b), timeout=timeout)
+        self.probes += 1
+        hops = r.get("hops") or []
+        reached = bool(r.get("reached", r.get("ok")))
+        path = [self.hexkey(a)] + [h.get("key") for h in hops]
+        self._emit({"v": 1, "kind": "probe", "t": round(time.time(), 3), "node": self.hexkey(a),
+                    "probe": "trace", "id": self.probes, "src": self.hexkey(a), "dst": self.hexkey(b),
+                    "ok": reached, "rtt_ms": hops[-1].get("rtt_ms") if (hops and reached) else None,
+                    "hops": len(hops) if reached else None, "path": path if reached else None})
+        return r
+
+    def record(self, seconds, interval=1):
+        """Stream every node's telemetry for `seconds` into telemetry.jsonl."""
+        for n in self.names:
+            self.request(n, "telemetry %d" % interval)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for n in self.names:
+                for obj in self.nodes[n].read_objects(0.05):
+                    if isinstance(obj, dict) and "v" in obj:
+                        self._emit(obj)
+        for n in self.names:
+            self.request(n, "telemetry off")
