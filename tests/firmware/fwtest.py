@@ -92,7 +92,7 @@ def det_key(i):
 
 def det_seed(i):
     """Deterministic 32-byte ed25519 seed (i repeated, as in the vectors)."""
-    return bytes(bytearray([i & 0xFF]) * 32)
+    return bytes([i & 0xFF]) * 32
 
 
 class Rng:
