@@ -200,13 +200,17 @@ def public_key(seed):
 
 
 def verify(pub, msg, sig):
-    """True iff sig is pub's valid signature of msg. Never raises."""
+    """True iff sig is pub's valid signature of msg. Never raises on bad
+    input; MemoryError is re-raised (a node out of heap must not mistake a
+    valid signature for a forgery and drop an honest peer)."""
     if not (_ok_bytes(pub, 32) and _ok_bytes(sig, 64)):
         return False
     if not isinstance(msg, (bytes, bytearray, memoryview)):
         return False
     try:
         return _verify(pub, msg, sig) is True
+    except MemoryError:
+        raise
     except Exception:
         return False
 

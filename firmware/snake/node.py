@@ -5,17 +5,18 @@
 # their bounded send queues, ping/trace (snake.probe), counters of the
 # runtime itself, and the transports (wifi.py, ble.py) and the console.
 #
-# Send queues (back-pressure without unbounded buffering): each port has a
-# ring of preallocated frame slots (bytearray(frame_max) each) and lengths;
-# router.tx copies the frame into a free slot and returns True, or returns
-# False when the ring holds `limit` frames (the router counts the drop as
-# queue_full). limit = profile.wifi_queue for TCP links, profile.ble_queue
-# for Bluetooth (link type 4). A writer task per link (stream.py) sends the
-# oldest slot and frees it only after link.send returned, so a slot is never
-# overwritten while on its way out. A port's ring is allocated the first
-# time the port number is used and kept for reuse by later links on that
-# port, so memory grows with the number of ports ever used (at most
-# max_peers x wifi_queue x frame_max), never with traffic.
+# Send queues (back-pressure without unbounded buffering): one node-wide
+# pool of profile.tx_buffers preallocated frame buffers (bytearray(frame_max)
+# each), and per port a ring of at most `limit` buffer references.
+# router.tx takes a free buffer, copies the frame into it and queues it, or
+# returns False when the port's ring holds `limit` frames or the pool is
+# empty (the router counts the drop as queue_full). limit =
+# profile.wifi_queue for TCP links, profile.ble_queue for Bluetooth (link
+# type 4). A writer task per link (stream.py) sends the oldest buffer and
+# returns it to the pool only after link.send returned, so a buffer is never
+# overwritten while on its way out. Memory is fixed at boot (tx_buffers x
+# frame_max), whatever the number of ports or the traffic; a busy port
+# cannot take more than its ring's share.
 #
 # Read buffers: one bytearray(frame_max) per live link, taken from a free
 # list (allocated on first need, reused after), at most max_peers + 2 at
@@ -39,27 +40,47 @@ def _sleep_ms(ms):
     return asyncio.sleep(ms / 1000)
 
 
-class SendQueue:
-    """Bounded ring of preallocated frame slots for one port."""
+class FramePool:
+    """Node-wide free list of preallocated frame buffers."""
 
-    def __init__(self, slots, frame_max):
-        self.slots = [bytearray(frame_max) for _ in range(slots)]
-        self.lens = [0] * slots
-        self.limit = slots
+    def __init__(self, count, frame_max):
+        self.free = [bytearray(frame_max) for _ in range(count)]
+        self.size = count
+        self.empty = 0        # times a frame found no free buffer
+
+    def take(self):
+        if self.free:
+            return self.free.pop()
+        self.empty += 1
+        return None
+
+    def give(self, buf):
+        self.free.append(buf)
+
+
+class SendQueue:
+    """Bounded ring of buffer references for one port (buffers: FramePool)."""
+
+    def __init__(self, limit, pool):
+        self.pool = pool
+        self.slots = [None] * limit
+        self.lens = [0] * limit
+        self.limit = limit
         self.head = 0
         self.count = 0
         self.high = 0         # highest fill seen
-        self.full = 0         # frames refused because the ring was full
+        self.full = 0         # frames refused (ring full or pool empty)
         self.ev = asyncio.Event()
 
-    def grow(self, slots, frame_max):
-        while len(self.slots) < slots:
-            self.slots.append(bytearray(frame_max))
+    def grow(self, limit):
+        while len(self.slots) < limit:
+            self.slots.append(None)
             self.lens.append(0)
 
     def reset(self, limit):
+        while self.count:
+            self.pop()
         self.head = 0
-        self.count = 0
         self.limit = limit
         self.ev = asyncio.Event()   # a fresh event: no stale waiter
 
@@ -68,10 +89,15 @@ class SendQueue:
         if c >= self.limit:
             self.full += 1
             return False
+        b = self.pool.take()
+        if b is None:
+            self.full += 1
+            return False
         i = self.head + c
         if i >= self.limit:
             i -= self.limit
-        copy_into(self.slots[i], 0, buf, 0, n)
+        copy_into(b, 0, buf, 0, n)
+        self.slots[i] = b
         self.lens[i] = n
         c += 1
         self.count = c
@@ -82,7 +108,12 @@ class SendQueue:
 
     def pop(self):
         if self.count:
-            h = self.head + 1
+            i = self.head
+            b = self.slots[i]
+            self.slots[i] = None
+            if b is not None:
+                self.pool.give(b)
+            h = i + 1
             if h >= self.limit:
                 h = 0
             self.head = h
@@ -106,6 +137,7 @@ class Node:
         P = profile.max_peers + 1
         self.links = [None] * P
         self.queues = [None] * P
+        self.pool = FramePool(profile.tx_buffers, profile.frame_max)
         self.tasks = [None] * P
         self.link_since = [0] * P
         self.rx_free = []
@@ -234,10 +266,10 @@ class Node:
         limit = self.profile.ble_queue if link.link_type == LINK_BLE else self.profile.wifi_queue
         q = self.queues[port]
         if q is None:
-            q = SendQueue(limit, self.profile.frame_max)
+            q = SendQueue(limit, self.pool)
             self.queues[port] = q
         else:
-            q.grow(limit, self.profile.frame_max)
+            q.grow(limit)
         q.reset(limit)
         self.links[port] = link
         try:

@@ -20,6 +20,7 @@ DEFAULTS = {
     "frame_max": 8192,        # largest frame accepted/sent, bytes
     "wifi_queue": 16,         # frames queued per Wi-Fi port
     "ble_queue": 4,           # frames queued per BLE port
+    "tx_buffers": 48,         # node-wide pool of frame buffers for all send queues
     "wakeup_filter": 32,      # per-origin wakeup de-duplication entries
     "bootstrap_verify": "all",  # all | on-change | off
     "hop_limiting": True,     # relays decrement traffic hop limit
@@ -51,7 +52,7 @@ class Profile:
 
     def check(self):
         for k in ("max_peers", "ble_links", "max_routes", "coord_cache", "sig_cache",
-                  "max_hops", "frame_max", "wifi_queue", "ble_queue", "wakeup_filter"):
+                  "max_hops", "frame_max", "wifi_queue", "ble_queue", "tx_buffers", "wakeup_filter"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1:
                 raise ProfileError("profile %s must be a positive integer" % k)

@@ -17,7 +17,7 @@ from snake.snek import Snake, worse, FULL_KEY, BOOTSTRAP_INTERVAL_MS, MAINTAIN_I
 from snake.telemetry import (Counters, D_MALFORMED, D_OVERSIZE, D_UNKNOWN_PORT,
                              D_UNKNOWN_TYPE, D_HOP_LIMIT, D_LOOP, D_WATERMARK, D_NO_ROUTE,
                              D_QUEUE_FULL, D_BAD_SIGNATURE, D_WAKEUP_ROOT, D_WAKEUP_DUP,
-                             D_WAKEUP_HOP_LIMIT, D_SANITY, D_TOO_DEEP)
+                             D_WAKEUP_HOP_LIMIT, D_SANITY, D_TOO_DEEP, D_NO_MEMORY)
 
 VERSION = "0.1.0"
 
@@ -223,6 +223,11 @@ class Router:
             # a rewrite that would not fit the receive buffer (watermark
             # sequence or coordinates growing past it): drop, never crash
             c.drops[D_OVERSIZE] += 1
+        except MemoryError:
+            # no heap for a signature check or a reply: drop this frame
+            # (counted), keep the peer; nothing was half-applied that the
+            # next announcement/bootstrap round does not redo
+            c.drops[D_NO_MEMORY] += 1
 
     def _announcement(self, port, buf, n, f, now):
         if n > len(self.tree.ann_raw[port]) or not self.tree.fits(f):

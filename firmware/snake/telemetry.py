@@ -29,11 +29,12 @@ DROP_NAMES = (
     "sanity",            # announcement failed a sanity check (peer dropped)
     "no_buffer",         # no frame buffer free
     "too_deep",          # announcement deeper than the profile's max_hops
+    "no_memory",         # MemoryError while handling the frame
 )
 (D_MALFORMED, D_OVERSIZE, D_UNKNOWN_PORT, D_UNKNOWN_TYPE, D_HOP_LIMIT, D_LOOP,
  D_WATERMARK, D_NO_ROUTE, D_QUEUE_FULL, D_BOOTSTRAP_ROOT, D_BOOTSTRAP_REPLAY,
  D_BOOTSTRAP_SELF, D_BAD_SIGNATURE, D_ROUTE_TABLE_FULL, D_WAKEUP_ROOT,
- D_WAKEUP_DUP, D_WAKEUP_HOP_LIMIT, D_SANITY, D_NO_BUFFER, D_TOO_DEEP) = range(len(DROP_NAMES))
+ D_WAKEUP_DUP, D_WAKEUP_HOP_LIMIT, D_SANITY, D_NO_BUFFER, D_TOO_DEEP, D_NO_MEMORY) = range(len(DROP_NAMES))
 
 
 class Counters:

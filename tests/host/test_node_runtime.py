@@ -9,7 +9,7 @@ import pytest
 import host_tools  # noqa: F401  (puts firmware/ and lib/ on sys.path)
 from snake import wire, stream, config
 from snake.crypto import Signer
-from snake.node import Node, SendQueue
+from snake.node import FramePool, Node, SendQueue
 from snake.profile import Profile
 from snake.telemetry import DROP_NAMES
 
@@ -105,7 +105,8 @@ def keepalive():
 
 
 def test_send_queue_ring_bounded():
-    q = SendQueue(3, 64)
+    pool = FramePool(8, 64)
+    q = SendQueue(3, pool)
     src = bytearray(64)
     for i in range(3):
         src[0] = i
@@ -114,17 +115,33 @@ def test_send_queue_ring_bounded():
     assert not q.put(src, 5)
     assert q.count == 3 and q.full == 1 and q.high == 3
     assert q.slots[q.head][0] == 0 and q.lens[q.head] == 10
+    assert len(pool.free) == 5
     q.pop()
+    assert len(pool.free) == 6
     assert q.put(src, 7)
     order = []
     while q.count:
         order.append((q.slots[q.head][0], q.lens[q.head]))
         q.pop()
     assert order == [(1, 11), (2, 12), (99, 7)]
+    assert len(pool.free) == 8          # every buffer went back
     # growing keeps slots; the limit is what bounds it
-    q.grow(5, 64)
+    q.grow(5)
     q.reset(2)
     assert len(q.slots) == 5 and q.limit == 2
+
+
+def test_send_queues_share_a_fixed_pool():
+    pool = FramePool(4, 64)
+    a = SendQueue(3, pool)
+    b = SendQueue(3, pool)
+    src = bytearray(64)
+    assert a.put(src, 1) and a.put(src, 1) and a.put(src, 1)
+    assert b.put(src, 1)
+    assert not b.put(src, 1)            # the pool is empty: refused, counted
+    assert pool.empty == 1 and b.full == 1
+    a.reset(3)                          # a link going down returns its buffers
+    assert len(pool.free) == 3 and b.put(src, 1)
 
 
 def test_link_up_backpressure_and_down():
