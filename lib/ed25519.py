@@ -444,9 +444,12 @@ def sign(seed, msg):
 
 def verify(pub, msg, sig):
     """True when sig is a valid signature of msg by pub; False for anything
-    else, including malformed input (never raises)."""
+    else, including malformed input. MemoryError is re-raised: running out
+    of heap says nothing about the signature."""
     try:
         return _verify(pub, msg, sig)
+    except MemoryError:
+        raise
     except Exception:
         return False
 
