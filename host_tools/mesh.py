@@ -152,16 +152,37 @@ class ProcessMesh(object):
                 continue
             lo, hi = (a, b) if index[a] < index[b] else (b, a)
             connect[hi].append(listen[lo])
+        self._spec = {}
         for n in self.names:
-            err = open(os.path.join(self.out_dir, "logs", n + ".stderr"), "w")
-            node = NodeProcess(seed=node_seed(str(self.seed), n), listen=listen[n], connect=connect[n],
-                               multicast=False, profile=self.profile, heapsize=self.heapsize,
-                               ble_medium=self.medium_addr if n in ble_nodes else None, ble_name=n,
-                               stderr=err)
-            self.nodes[n] = node
-            node.start(timeout=boot_timeout)
+            self._spec[n] = dict(seed=node_seed(str(self.seed), n), listen=listen[n], connect=connect[n],
+                                 multicast=False, profile=self.profile, heapsize=self.heapsize,
+                                 ble_medium=self.medium_addr if n in ble_nodes else None, ble_name=n)
+            self._launch(n, boot_timeout)
+            node = self.nodes[n]
             self.log("node %-10s up  %s  console %s" % (n, node.pubkey[:16], node.pty_path))
         self._write_topology()
+
+    def _launch(self, n, boot_timeout=30.0):
+        err = open(os.path.join(self.out_dir, "logs", n + ".stderr"), "a")
+        node = NodeProcess(stderr=err, **self._spec[n])
+        self.nodes[n] = node
+        node.start(timeout=boot_timeout)
+        return node
+
+    def kill(self, name):
+        """kill -9 the node's process (a crash: no goodbye on its links)."""
+        node = self.nodes[name]
+        if node.proc is not None and node.proc.poll() is None:
+            os.kill(node.proc.pid, 9)
+            node.proc.wait(5)
+        node.stop()
+
+    def restart(self, name, boot_timeout=30.0):
+        """Start a crashed or stopped node again with the same key and links."""
+        old = self.nodes.get(name)
+        if old is not None:
+            old.stop()
+        return self._launch(name, boot_timeout)
 
     def _start_medium(self, topo):
         cmd = [sys.executable, "-m", "host_tools.blemu.medium", "--topology", topo, "--port", "0",
