@@ -86,7 +86,7 @@ def _free_port():
 
 class ProcessMesh(object):
     def __init__(self, topology, out_dir, seed=1, profile="UNIX", ble_latency_ms=5.0,
-                 heapsize=None, log=None):
+                 heapsize=None, log=None, mpy=False):
         self.topology_path = topology
         self.names, self.edges = parse_topology(topology)
         self.out_dir = out_dir
@@ -94,6 +94,8 @@ class ProcessMesh(object):
         self.profile = profile
         self.ble_latency_ms = ble_latency_ms
         self.heapsize = heapsize
+        self.mpy = mpy            # run the firmware compiled to .mpy, as on a board
+        self.mpy_dir = None
         self.log = log or (lambda msg: None)
         self.nodes = {}          # name -> NodeProcess
         self.keys = {}           # name -> key bytes
@@ -133,6 +135,9 @@ class ProcessMesh(object):
     def start(self, boot_timeout=30.0):
         os.makedirs(os.path.join(self.out_dir, "logs"), exist_ok=True)
         self._tmp = tempfile.TemporaryDirectory(prefix="snakemesh-mesh-")
+        if self.mpy:
+            from host_tools.nodeproc import build_mpy
+            self.mpy_dir = build_mpy(os.path.join(self._tmp.name, "mpy"))
         self.t0 = time.time()
         self._tel = open(os.path.join(self.out_dir, "telemetry.jsonl.part"), "w")
         ble_edges = [(a, b) for a, b, l in self.edges if l == "ble"]
@@ -156,7 +161,7 @@ class ProcessMesh(object):
         for n in self.names:
             self._spec[n] = dict(seed=node_seed(str(self.seed), n), listen=listen[n], connect=connect[n],
                                  multicast=False, profile=self.profile, heapsize=self.heapsize,
-                                 ble_medium=self.medium_addr if n in ble_nodes else None, ble_name=n)
+                                 mpy_dir=self.mpy_dir, ble_medium=self.medium_addr if n in ble_nodes else None, ble_name=n)
             self._launch(n, boot_timeout)
             node = self.nodes[n]
             self.log("node %-10s up  %s  console %s" % (n, node.pubkey[:16], node.pty_path))

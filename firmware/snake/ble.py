@@ -46,6 +46,7 @@
 import asyncio
 
 from snake.platform import const, ticks_ms, ticks_diff, ticks_add
+from snake import platform
 
 _IRQ_CENTRAL_CONNECT = const(1)
 _IRQ_CENTRAL_DISCONNECT = const(2)
@@ -249,28 +250,8 @@ class Ring:
         return m
 
 
-class _EventFlag:
-    # asyncio.Event with ThreadSafeFlag's wait-then-clear semantics, for
-    # interpreters without ThreadSafeFlag (CPython).
-    def __init__(self):
-        self.ev = asyncio.Event()
-
-    def set(self):
-        self.ev.set()
-
-    def clear(self):
-        self.ev.clear()
-
-    async def wait(self):
-        await self.ev.wait()
-        self.ev.clear()
-
-
-_TSF = getattr(asyncio, "ThreadSafeFlag", None)
-
-
 def new_flag():
-    return _TSF() if _TSF is not None else _EventFlag()
+    return platform.irq_flag()
 
 
 class Slot:

@@ -527,7 +527,7 @@ def _unload(name):
     if mod is not None:
         try:
             delattr(mod, attr)
-        except AttributeError:
+        except (AttributeError, KeyError):  # MicroPython raises KeyError
             pass
     import gc
     gc.collect()

@@ -119,3 +119,37 @@ def collect():
     if MICROPYTHON:
         return gc.mem_free()
     return -1
+
+
+class _EventFlag:
+    # asyncio.Event with ThreadSafeFlag's wait-then-clear semantics.
+    def __init__(self):
+        import asyncio
+        self.ev = asyncio.Event()
+
+    def set(self):
+        self.ev.set()
+
+    def clear(self):
+        self.ev.clear()
+
+    async def wait(self):
+        await self.ev.wait()
+        self.ev.clear()
+
+
+def irq_flag():
+    """A flag an IRQ handler sets and an asyncio task waits on.
+
+    On a board the bluetooth IRQ runs outside the asyncio task context, so
+    this is asyncio.ThreadSafeFlag. Elsewhere (unix port with the emulated
+    radio, CPython) the "IRQ" is called from an asyncio task and a plain
+    Event-based flag is used: on the v1.29 unix port ThreadSafeFlag (a
+    non-fd pollable) in the same poll set as sockets made the interpreter
+    segfault in modselect's poll."""
+    if BOARD:
+        import asyncio
+        tsf = getattr(asyncio, "ThreadSafeFlag", None)
+        if tsf is not None:
+            return tsf()
+    return _EventFlag()

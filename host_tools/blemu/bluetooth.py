@@ -212,9 +212,13 @@ class Radio:
             s.close()
             raise OSError(_ENODEV, "cannot reach the BLE medium at " + self._medium)
         self._sock = s
+        # One poller for this socket's blocking waits, kept for its whole
+        # life: short-lived poll objects registered on a socket that asyncio
+        # also polls corrupted the unix port's poll set (segfault).
+        self._wpoll = select.poll()
         self._sendraw(P.frame(P.HELLO, self._name.encode()))
         # Wait (blocking, bounded) for the address.
-        p = select.poll()
+        p = self._wpoll
         p.register(s, select.POLLIN)
         parser = self._parser
         while True:
@@ -237,6 +241,7 @@ class Radio:
                 self._addr_type = body[0]
                 self._addr = bytes(body[1:7])
                 break
+        p.modify(s, select.POLLOUT)
         s.setblocking(False)
         self._send(P.CFG, struct.pack(">HB", self._mtu, self._maxconn))
 
@@ -260,8 +265,8 @@ class Radio:
                 n = s.send(mv[off:])
             except OSError as e:
                 if e.args and e.args[0] == _EAGAIN:
-                    p = select.poll()
-                    p.register(s, select.POLLOUT)
+                    p = self._wpoll
+                    p.modify(s, select.POLLOUT)
                     p.poll(200)
                     continue
                 raise
