@@ -1,0 +1,63 @@
+"""Figure 8: Spark pipeline wall time for 1,000,000 telemetry records
+(local mode).
+
+Delegates to bench/pipeline_bench.py (owned by the pipeline work), run in
+its own process with ``--records N --json``: it generates synthetic
+telemetry, runs `snakemesh analyze` (local[2], CLI end to end including the
+JVM start) and a single-process pandas baseline computing the same headline
+figures with the same rules, and checks that both agree. The ratio column
+is Spark wall time / pandas wall time (same run, same machine); the row
+fails if the two disagree on a headline figure. Run once by default
+(--reps N repeats it); --quick uses 100,000 records.
+"""
+import json
+import os
+import subprocess
+import sys
+
+from figures.common import BENCH, NotAvailable, row, median
+from figures.f7_sim_scale import cpython_calibration
+
+TITLE = "Pipeline (Spark local mode)"
+RECORDS = 1000000
+
+
+def _parse(stdout):
+    i = stdout.find("{")
+    if i < 0:
+        return None
+    try:
+        return json.loads(stdout[i:])
+    except ValueError:
+        return None
+
+
+def run(ctx):
+    script = os.path.join(BENCH, "pipeline_bench.py")
+    if not os.path.exists(script):
+        raise NotAvailable("bench/pipeline_bench.py not present (pipeline work not delivered yet)")
+    records = 100000 if ctx.quick else RECORDS
+    reps = ctx.reps if ctx.reps_given else 1
+    cal = cpython_calibration(ctx)
+    runs = []
+    for i in range(reps):
+        cmd = [sys.executable, script, "--records", str(records), "--json"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        r = _parse(out.stdout)
+        if r is None or "spark_wall_s" not in r:
+            tail = (out.stderr or out.stdout).strip().splitlines()[-3:]
+            raise RuntimeError("pipeline_bench failed (exit %d): %s" % (out.returncode, " | ".join(tail)))
+        runs.append(r)
+        ctx.log("pipeline %d records: spark %.1f s, pandas baseline %.1f s, figures match %s" % (
+            records, r["spark_wall_s"], r.get("pandas_wall_s") or 0, r.get("figures_match")))
+    wall = median([r["spark_wall_s"] for r in runs])
+    base = median([r.get("pandas_wall_s") for r in runs])
+    ctx.shared["f8"] = runs
+    match = all(r.get("figures_match") for r in runs)
+    r0 = runs[0]
+    note = ("%d run(s); CLI end to end incl. JVM start, local[2]; inside analyze %s s; single-process "
+            "pandas baseline (same rules) %s s, figures match: %s; wall / CPython calibration run = %.0f"
+            ) % (reps, r0.get("spark_inside_s"), base, "yes" if match else "NO", wall / cal)
+    return [row("%d records, local mode: wall time" % records, round(wall, 1), "s", "report",
+                None if match else False, note,
+                ratio=round(wall / base, 2) if base else None)]

@@ -1,0 +1,91 @@
+"""`snakemesh sim`: the virtual-time simulator (docs/SIMULATOR.md).
+
+    snakemesh sim --topology shared/topologies/sim.txt --duration 120 --seed 1 --out out/sim
+    snakemesh sim --generate rgg:1000 --duration 300 --seed 7 --out out/big --scenario churn.txt
+
+Runs the shipped router core of every node on one discrete-event clock and
+writes telemetry.jsonl, topology.txt and truth.json to --out; prints
+progress on stderr and a one-line summary on stdout.
+"""
+import json
+import sys
+
+from host_tools.errors import InputError, UsageError
+
+
+def register(subparsers):
+    p = subparsers.add_parser(
+        "sim", help="run the virtual-time mesh simulator",
+        description="Simulate a mesh of snakemesh router cores on a virtual clock "
+                    "(deterministic for a seed) and write telemetry, the topology and "
+                    "ground truth to --out.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--topology", metavar="FILE", help="topology file (shared format, see docs/SIMULATOR.md)")
+    src.add_argument("--generate", metavar="SPEC", help="generated topology: grid:WxH or rgg:N[:RADIUS]")
+    p.add_argument("--duration", type=float, required=True, metavar="SECONDS", help="virtual seconds to run")
+    p.add_argument("--seed", type=int, default=1, help="run seed: keys, timing, loss, pairs (default %(default)s)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
+    p.add_argument("--scenario", metavar="FILE", help="scripted events (docs/SIMULATOR.md)")
+    p.add_argument("--profile", default="UNIX", metavar="NAME_OR_PATH",
+                   help="board profile name (boards/NAME) or profile.json path (default %(default)s)")
+    p.add_argument("--profile-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one profile setting, e.g. max_hops=48 (repeatable; VALUE is JSON "
+                        "or a plain string)")
+    p.add_argument("--hop-limit", type=int, default=None, metavar="N",
+                   help="hop limit of probe traffic (default: the protocol's 10)")
+    p.add_argument("--pings", type=int, default=20, metavar="N",
+                   help="without a ping-set in the scenario: ping N random pairs 3 times at half "
+                        "time (0 = none; default %(default)s)")
+    p.add_argument("--state-interval", type=float, default=1.0, metavar="S",
+                   help="state records every S virtual seconds (default %(default)s)")
+    p.add_argument("--counters-interval", type=float, default=5.0, metavar="S",
+                   help="counters records every S virtual seconds (default %(default)s)")
+    p.add_argument("--crash-detect-ms", default="0", metavar="MS|keepalive",
+                   help="how long neighbours of a crashed node take to see its links drop; "
+                        "'keepalive' = only through their own dead-peer timer (default %(default)s)")
+    p.add_argument("--no-telemetry", action="store_true", help="skip telemetry.jsonl (truth.json only)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=run)
+
+
+def run(args):
+    from host_tools.sim import runner
+    from host_tools.sim.harness import MeshError
+    if args.duration <= 0:
+        raise UsageError("--duration must be > 0")
+    if args.pings < 0:
+        raise UsageError("--pings must be >= 0")
+    if args.state_interval <= 0 or args.counters_interval <= 0:
+        raise UsageError("--state-interval and --counters-interval must be > 0")
+    if args.hop_limit is not None and not 1 <= args.hop_limit <= 255:
+        raise UsageError("--hop-limit must be within 1..255")
+    overrides = {}
+    for item in args.profile_set:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise UsageError("--profile-set takes KEY=VALUE, got %r" % item)
+        try:
+            overrides[k] = json.loads(v)
+        except ValueError:
+            overrides[k] = v
+    if args.crash_detect_ms == "keepalive":
+        crash = None
+    else:
+        try:
+            crash = float(args.crash_detect_ms)
+            if crash < 0:
+                raise ValueError
+        except ValueError:
+            raise UsageError("--crash-detect-ms must be a number >= 0 or 'keepalive'")
+    try:
+        s = runner.run(args.out, args.duration, seed=args.seed, topology=args.topology,
+                       generate=args.generate, scenario=args.scenario, profile=args.profile,
+                       pings=args.pings, state_interval=args.state_interval,
+                       counters_interval=args.counters_interval, crash_detect_ms=crash,
+                       progress=None if args.quiet else sys.stderr,
+                       telemetry=not args.no_telemetry, profile_set=overrides,
+                       hop_limit=args.hop_limit)
+    except (runner.RunError, MeshError) as e:
+        raise InputError(str(e))
+    print(runner.summary_line(s))
+    return 0

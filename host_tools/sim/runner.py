@@ -1,0 +1,181 @@
+"""One simulation run with outputs: the code behind ``snakemesh sim``.
+
+Writes to the output folder:
+- telemetry.jsonl: telemetry records (docs/INTERFACES.md), byte-identical for
+  the same inputs and seed;
+- topology.txt: the topology used (shared format, ``@`` options where an edge
+  is not a default Wi-Fi link);
+- truth.json: ground truth: node names -> keys, run parameters, every probe
+  with its path, convergence times measured by the harness, sim counters.
+"""
+import json
+import os
+import sys
+import time
+
+from host_tools.sim import scenario as S
+from host_tools.sim import telemetry as TM
+from host_tools.sim import topology as T
+from host_tools.sim.engine import US_PER_S
+from host_tools.sim.harness import Mesh
+from host_tools.sim.links import LINK_DEFAULTS
+
+
+class RunError(ValueError):
+    """Bad run input (message is one line for the user)."""
+
+
+def run(out, duration, seed=1, topology=None, generate=None, scenario=None, profile=None,
+        pings=20, state_interval=1.0, counters_interval=5.0, truth_interval_ms=250,
+        crash_detect_ms=0, link_defaults=None, progress=None, telemetry=True,
+        profile_set=None, hop_limit=None):
+    """Run one simulation. `topology` is a path (or a Topology), `generate`
+    a generator spec (grid:WxH, rgg:N[:R]); exactly one of them. Returns a
+    summary dict (also the "summary" of truth.json, plus wall time).
+    `progress`: a file to print progress lines to (None = quiet).
+    `profile_set`: {key: value} overrides applied to the profile;
+    `hop_limit`: hop limit of probe traffic (default: the protocol's 10)."""
+    if (topology is None) == (generate is None):
+        raise RunError("give either a topology file or a generator")
+    if not duration > 0:
+        raise RunError("duration must be > 0 seconds")
+    wall0 = time.monotonic()
+    try:
+        if generate is not None:
+            topo = T.generate(generate, seed)
+            topo_source = "generate:" + generate
+        elif isinstance(topology, T.Topology):
+            topo = topology
+            topo_source = "<topology>"
+        else:
+            topo = T.load(topology)
+            topo_source = os.path.basename(topology)
+    except T.TopologyError as e:
+        raise RunError(str(e))
+    events = []
+    if scenario is not None:
+        try:
+            events = S.load(scenario, topo.names)
+        except S.ScenarioError as e:
+            raise RunError(str(e))
+    if pings and not any(ev.action == "ping-set" for ev in events):
+        events.append(S.Event(duration / 2.0, "ping-set", [str(int(pings))],
+                              {"count": 3, "interval": 1.0, "timeout": 5.0}, 0, "--pings"))
+        events.sort(key=lambda e: e.t)
+
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise RunError("cannot create output folder %s: %s" % (out, e.strerror or e))
+    with open(os.path.join(out, "topology.txt"), "w", encoding="utf-8", newline="\n") as f:
+        f.write(topo.to_text())
+
+    tel_path = os.path.join(out, "telemetry.jsonl")
+    tel_file = open(tel_path, "w", encoding="utf-8", newline="\n") if telemetry else None
+    try:
+        writer = TM.Writer(tel_file)
+        from snake.profile import Profile, ProfileError
+        from host_tools.sim.harness import load_profile
+        try:
+            prof = load_profile(profile)
+            if profile_set:
+                d = prof.as_dict()
+                d.update(profile_set)
+                prof = Profile(d)
+            mesh = Mesh(topo, seed=seed, profile=prof, telemetry=writer,
+                        crash_detect_ms=crash_detect_ms, link_defaults=link_defaults,
+                        hop_limit=hop_limit, strict=False)
+        except ProfileError as e:
+            raise RunError(str(e))
+        mesh.keep_results = True
+        if telemetry:
+            mesh.start_sampling(state_interval, counters_interval)
+        mesh.track_convergence(truth_interval_ms)
+        S.schedule(mesh, events)
+        end_us = int(round(duration * US_PER_S))
+        chunk = max(US_PER_S, end_us // 20)
+        t = 0
+        while t < end_us:
+            t = min(end_us, t + chunk)
+            mesh._run(t)
+            if progress is not None:
+                conv = mesh.convergence
+                print("sim: %6.1f/%g s virtual  %d nodes  %d events  %d probes done  "
+                      "converged=%s  wall %.1f s  peak rss %d MB"
+                      % (t / US_PER_S, duration, len(mesh.nodes), mesh.engine.events_run,
+                         len(mesh.results), "yes" if mesh.converged() else "no",
+                         time.monotonic() - wall0, peak_rss_mb()), file=progress, flush=True)
+        writer.close()
+    finally:
+        if tel_file is not None:
+            tel_file.close()
+
+    probes = mesh.results
+    ok = sum(1 for p in probes if p.ok)
+    conv = mesh.convergence
+    summary = {
+        "nodes": len(mesh.nodes),
+        "edges": len(mesh.links()),
+        "duration_s": duration,
+        "first_convergence_s": conv["first"],
+        "converged_at_end": mesh.converged(),
+        "probes": len(probes),
+        "probes_ok": ok,
+        "probes_unfinished": len(mesh._probes),
+        "delivery_ratio": round(ok / len(probes), 4) if probes else None,
+        "telemetry_records": writer.count,
+        "events_run": mesh.engine.events_run,
+    }
+    truth = {
+        "params": {
+            "seed": seed, "duration_s": duration, "topology": topo_source,
+            "scenario": os.path.basename(scenario) if scenario else None,
+            "pings": pings, "profile": mesh.profile.as_dict(), "hop_limit": mesh.hop_limit,
+            "link_defaults": LINK_DEFAULTS, "link_overrides": link_defaults,
+            "tick_ms": mesh.tick_us / 1000.0, "crash_detect_ms": crash_detect_ms,
+            "reconnect_ms": mesh.reconnect_us / 1000.0,
+            "state_interval_s": state_interval, "counters_interval_s": counters_interval,
+        },
+        "nodes": {n: mesh.node(n).hex for n in mesh.nodes},
+        "scenario": [{"t": ev.t, "event": ev.describe()} for ev in events],
+        "probes": [dict(p.as_dict(), path_keys=[k.hex() for k in p.path_keys])
+                   for p in probes],
+        "convergence": conv,
+        "sim_stats": dict(mesh.stats),
+        "sim_events": [list(e) for e in mesh.events if e[2] in ("router_exception", "scenario_error")],
+        "router_events": dict(sorted(mesh.router_events.items())),
+        "summary": summary,
+    }
+    with open(os.path.join(out, "truth.json"), "w", encoding="utf-8", newline="\n") as f:
+        json.dump(truth, f, sort_keys=True, indent=1)
+        f.write("\n")
+    summary = dict(summary)
+    summary["wall_s"] = round(time.monotonic() - wall0, 3)
+    return summary
+
+
+def peak_rss_mb():
+    """Peak resident set size of this process in MB (0 where unknown)."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kb // 1024 if sys.platform != "darwin" else kb // (1024 * 1024)
+
+
+def summary_line(s):
+    conv = ("converged at %.2f s" % s["first_convergence_s"]
+            if s["first_convergence_s"] is not None else "never converged")
+    if not s["converged_at_end"] and s["first_convergence_s"] is not None:
+        conv += " (not converged at the end)"
+    if s["delivery_ratio"] is None:
+        deliv = "no probes"
+    else:
+        deliv = "delivery %.1f%% (%d/%d)" % (100.0 * s["delivery_ratio"], s["probes_ok"], s["probes"])
+    return ("sim: %d nodes, %g s virtual: %s, %s, wall %.1f s"
+            % (s["nodes"], s["duration_s"], conv, deliv, s["wall_s"]))
+
+
+def main_progress():
+    return sys.stderr
