@@ -125,10 +125,26 @@ class TcpLink:
         # may keep a reference to the buffer it was given.
         self._readinto = getattr(reader, "readinto", None)
         self._copy = not hasattr(writer, "awrite")
+        # MicroPython: the stream's non-blocking socket, read directly when
+        # data is already waiting (no trip through the scheduler)
+        self._sock = getattr(reader, "s", None) if self._readinto is not None else None
+        self._fast = 0
 
     async def recv_into(self, mv):
         if self.closed:
             return 0
+        s = self._sock
+        if s is not None and self._fast < 16:
+            # at most 16 direct reads in a row, then one through asyncio so
+            # other tasks (the writers, the console) get their turn
+            try:
+                n = s.readinto(mv)
+            except OSError:
+                n = None
+            if n:
+                self._fast += 1
+                return n
+        self._fast = 0
         self._rtask = _current_task()
         try:
             if self._readinto is not None:

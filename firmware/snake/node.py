@@ -96,7 +96,10 @@ class SendQueue:
         i = self.head + c
         if i >= self.limit:
             i -= self.limit
-        copy_into(b, 0, buf, 0, n)
+        if len(buf) == len(b):
+            b[:] = buf      # same-size buffers: one native copy, no allocation
+        else:
+            copy_into(b, 0, buf, 0, n)
         self.slots[i] = b
         self.lens[i] = n
         c += 1

@@ -161,7 +161,13 @@ class Router:
         return False
 
     def announce_to(self, port):
-        n = self.tree.build(self.buf, port)
+        try:
+            n = self.tree.build(self.buf, port)
+        except wire.WireError:
+            # our announcement (parent's + our hop) does not fit frame_max:
+            # the tree is deeper than this profile carries; count, go on
+            self.counters.drops[D_TOO_DEEP] += 1
+            return
         self._tx(port, self.buf, n)
 
     def announce_all(self):

@@ -90,12 +90,26 @@ async def _writer(node, link, port, q):
             while q.count == 0:
                 q.ev.clear()
                 await q.ev.wait()
-            i = q.head
+            w = getattr(link, "w", None)
+            if w is None or getattr(link, "_copy", True):
+                i = q.head
+                try:
+                    await link.send(q.slots[i], q.lens[i])
+                except MemoryError:
+                    node.oom()     # that frame is dropped
+                q.pop()
+                continue
+            # MicroPython stream: write every queued frame (the stream copies
+            # it into its output buffer), then drain once
             try:
-                await link.send(q.slots[i], q.lens[i])
+                while q.count:
+                    i = q.head
+                    w.write(memoryview(q.slots[i])[0:q.lens[i]])
+                    q.pop()
             except MemoryError:
-                node.oom()     # that frame is dropped
-            q.pop()
+                node.oom()
+                q.pop()
+            await w.drain()
     except OSError:
         link.close()
 
