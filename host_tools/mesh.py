@@ -267,12 +267,12 @@ class ProcessMesh(object):
             raise CliError("node %s did not answer %r within %g s" % (name, command, timeout))
         return reply
 
-    def status(self):
-        return {n: self.request(n, "status") for n in self.names}
+    def status(self, timeout=15.0):
+        return {n: self.request(n, "status", timeout=timeout) for n in self.names}
 
-    def converged(self):
+    def converged(self, timeout=15.0):
         """(tree agreed, snake complete, detail) from every node's status."""
-        st = self.status()
+        st = self.status(timeout)
         keys = sorted(self.keys.values())
         want_root = self.hexkey(max(self.keys, key=lambda n: self.keys[n]))
         tree = all(s.get("ok") and s.get("root") == want_root for s in st.values())
@@ -285,12 +285,12 @@ class ProcessMesh(object):
                 snake = False
         return tree, snake, st
 
-    def wait_converged(self, timeout=120.0, progress=None):
+    def wait_converged(self, timeout=120.0, progress=None, request_timeout=15.0):
         end = time.monotonic() + timeout
         t_tree = t_snake = None
         start = time.monotonic()
         while True:
-            tree, snake, _ = self.converged()
+            tree, snake, _ = self.converged(request_timeout)
             now = time.monotonic()
             if tree and t_tree is None:
                 t_tree = now - start
