@@ -8,12 +8,13 @@ port and keep the tables full: bootstraps from 48 synthetic keys per node
 (routes), traffic from synthetic sources (coordinate cache), wakeups from
 synthetic origins (wakeup filter), all signed (signature cache).
 
-The heap is 300K, not the 110K of an ESP32 without PSRAM: on the 64-bit
+The heap is 384K, not the 110K of an ESP32 without PSRAM: on the 64-bit
 unix port the imported firmware alone (.mpy bytecode, qstrs, function and
 module objects with 8-byte pointers) takes ~120 KB before the node does
 anything, so 110K cannot even boot; at 256K the pure-Python verify's bignum
-churn hits MemoryError (fragmentation). The measured steady state at 300K is
-printed (pytest -s). See README "Memory" for what this means on a board
+churn hits MemoryError (fragmentation), and at 300K it still does now and
+then under load (a few frames dropped as no_memory per minute). The
+measured steady state is printed (pytest -s). See README "Memory" for what this means on a board
 (frozen modules / ROMFS keep bytecode out of the heap).
 
 SNAKEMESH_HEAP overrides the heap size (e.g. 110K) to measure the margin;
@@ -36,7 +37,7 @@ from test_node_mesh import Netns
 
 pytestmark = pytest.mark.skipif(micropython_binary() is None, reason="micropython binary missing")
 
-HEAP = os.environ.get("SNAKEMESH_HEAP", "300K")
+HEAP = os.environ.get("SNAKEMESH_HEAP", "384K")
 SECONDS = float(os.environ.get("SNAKEMESH_HEAP_SECONDS", "60"))
 PROFILE = "ESP32_GENERIC"
 CAPACITY = {"peers": 8, "routes": 32, "coords": 16, "sigcache": 32, "wakeups": 16}
@@ -189,9 +190,18 @@ def test_esp32_profile_full_tables_in_a_fixed_heap(tmp_path):
         for t, who, mf, occ, ev in samples:
             mins[who] = min(mins.get(who, mf), mf)
         print("  lowest mem_free seen: %s" % mins)
-        for who, occ in full.items():
+        # every table reached its capacity during the run and never went past
+        # it (entries expire and refill, so the last sample may be one short)
+        peak = {}
+        for t, who, mf, occ, ev in samples + [(0, w, 0, o, 0) for w, o in full.items()]:
+            for table, (n, cap) in occ.items():
+                assert n <= cap, "%s table %s over capacity: %s" % (who, table, occ)
+                key = (who, table)
+                peak[key] = max(peak.get(key, 0), n)
+        for who in full:
             for table, cap in CAPACITY.items():
-                assert occ[table] == [cap, cap], "%s table %s not full: %s" % (who, table, occ)
+                assert peak[(who, table)] == cap, "%s table %s never full: peak %d of %d" % (
+                    who, table, peak[(who, table)], cap)
         for who, s in final.items():
             # every signature the scripted peers make is valid: a failed
             # verification here is memory pressure (a MemoryError inside the
