@@ -1,0 +1,91 @@
+"""`snakemesh analyze` (Spark pipeline) and `snakemesh report` (HTML + PNG)."""
+import os
+import sys
+import time
+
+from host_tools.errors import UsageError
+
+
+def register(subparsers):
+    p = subparsers.add_parser(
+        "analyze", help="telemetry JSONL -> Parquet tables + summary.json (PySpark)",
+        description="Read telemetry JSON lines (files, folders, globs) with Spark, write "
+                    "partitioned Parquet tables, rejects and summary.json into --out.")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="telemetry file, folder or glob")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (replaced atomically)")
+    p.add_argument("--master", metavar="URL", help="Spark master (default local[2]; e.g. spark://host:7077)")
+    p.add_argument("--topology", metavar="FILE", help="topology file (shared format) overriding the telemetry's")
+    p.add_argument("--bucket", type=float, metavar="SECONDS", help="time-series bucket (default 1.0)")
+    p.add_argument("--flap-threshold", type=int, metavar="N",
+                   help="parent/root changes marking a node as flapping (default 5)")
+    p.add_argument("--silent-after", type=float, metavar="SECONDS",
+                   help="flag nodes silent this long before the end of the data (default 30)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra Spark setting (repeatable)")
+    p.add_argument("--report", action="store_true", help="also write the HTML report (DIR/report/)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=run_analyze)
+
+    r = subparsers.add_parser(
+        "report", help="HTML report with PNG plots from an `analyze` output folder",
+        description="Render DIR/report/index.html and PNG plots from the output of `snakemesh analyze`.")
+    r.add_argument("dir", metavar="DIR", help="output folder of `snakemesh analyze`")
+    r.set_defaults(func=run_report)
+
+
+def _conf(items):
+    conf = {}
+    for item in items:
+        if "=" not in item:
+            raise UsageError("--conf expects KEY=VALUE, got %r" % item)
+        k, v = item.split("=", 1)
+        conf[k.strip()] = v.strip()
+    return conf
+
+
+def _fmt(v, unit="", digits=3):
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return ("%." + str(digits) + "g%s") % (v, unit)
+    return "%s%s" % (v, unit)
+
+
+def run_analyze(args):
+    from host_tools.pipeline.analysis import analyze
+
+    t0 = time.time()
+
+    def progress(msg):
+        if not args.quiet:
+            print("[%6.1fs] %s" % (time.time() - t0, msg), file=sys.stderr, flush=True)
+
+    s = analyze(args.inputs, args.out, master=args.master, topology_file=args.topology,
+                conf=_conf(args.conf), progress=progress, bucket=args.bucket,
+                flap_threshold=args.flap_threshold, silent_after=args.silent_after)
+    lines = [
+        "nodes %d, records %d, rejected %d%s" % (
+            s["nodes"], s["records"], s["rejected_records"],
+            (" (see %s)" % os.path.join(s["out"], "rejects")) if s["rejected_records"] else ""),
+        "tree converged at %s, snake converged at %s, snake correct at end %s" % (
+            _fmt(s["tree_converged_s"], " s"), _fmt(s["snake_converged_s"], " s"),
+            _fmt(s["snake_correct_ratio_final"])),
+        "ping delivery %s (%d pings), rtt p50/p95 %s/%s ms" % (
+            _fmt(s["ping_delivery_ratio"]), s["pings"], _fmt(s["rtt_ms_p50"]), _fmt(s["rtt_ms_p95"])),
+        "stretch mean %s, p95 %s over %d probes" % (
+            _fmt(s["stretch_mean"]), _fmt(s["stretch_p95"]), s["stretch_probes"]),
+        "table occupancy max %s, evictions %d, drops %d, anomalies %d" % (
+            _fmt(s["table_occupancy_max"]), s["evictions"], s["drops_total"], s["anomalies"]),
+        "wrote %s (summary.json, Parquet tables) in %.1f s" % (s["out"], s["wall_time_s"]),
+    ]
+    print("\n".join(lines))
+    if args.report:
+        from host_tools.pipeline.report import render
+        print("report: %s" % render(s["out"]))
+    return 0
+
+
+def run_report(args):
+    from host_tools.pipeline.report import render
+    print("report: %s" % render(args.dir))
+    return 0

@@ -1,0 +1,173 @@
+"""The telemetry record schema (docs/INTERFACES.md, "Telemetry records") as an
+explicit Spark schema, plus the validation rules that decide which lines are
+rejected and why.
+
+Every line is parsed twice with `from_json`: once into RECORD_SCHEMA (typed,
+PERMISSIVE with `_corrupt_record`) and once into a map of raw JSON texts. A
+field that is present in the raw map but null after typed parsing has the
+wrong type. The first failing rule gives the line's `reason`; a null reason
+means the record is valid.
+"""
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+SCHEMA_VERSION = 1
+KINDS = ("state", "peers", "counters", "probe", "event", "topology")
+LINK_NAMES = ("local", "wifi", "bonjour", "remote", "ble")
+CORRUPT = "_corrupt_record"
+KEY_RE = "^[0-9a-f]{64}$"
+
+_L = T.LongType()
+_S = T.StringType()
+_D = T.DoubleType()
+
+
+def _f(name, typ):
+    return T.StructField(name, typ, True)
+
+
+# Field order matters: the first field with a wrong type names the reason.
+TYPED_FIELDS = [
+    ("v", _L), ("kind", _S), ("t", _D), ("node", _S),
+    # state
+    ("root", _S), ("root_seq", _L), ("parent", _S), ("coords", T.ArrayType(_L)),
+    ("depth", _L), ("desc", _S), ("routes", _L),
+    # `peers` is an int in `state` and a list in `peers` records: kept as the
+    # raw JSON text here and parsed per kind (PEER_LIST_SCHEMA).
+    ("peers", _S),
+    # counters
+    ("rx", T.MapType(_S, _L)), ("tx", T.MapType(_S, _L)), ("drops", T.MapType(_S, _L)),
+    ("verify_done", _L), ("verify_skipped", _L), ("verify_cached", _L),
+    ("evictions", T.MapType(_S, _L)), ("occupancy", T.MapType(_S, T.ArrayType(_L))),
+    ("mem_free", _L),
+    # probe (`id` is kept as text: producers may use ints or strings)
+    ("probe", _S), ("id", _S), ("src", _S), ("dst", _S), ("ok", T.BooleanType()),
+    ("rtt_ms", _D), ("hops", _L), ("path", T.ArrayType(_S)),
+    # event
+    ("event", _S), ("detail", _S),
+    # topology
+    ("edges", T.ArrayType(T.ArrayType(_S))), ("names", T.MapType(_S, _S)),
+]
+
+RECORD_SCHEMA = T.StructType([_f(n, t) for n, t in TYPED_FIELDS] + [_f(CORRUPT, _S)])
+RAW_SCHEMA = T.MapType(_S, _S)
+PEER_LIST_SCHEMA = T.ArrayType(T.StructType([
+    _f("port", _L), _f("key", _S), _f("link", _S), _f("root", _S), _f("root_seq", _L)]))
+
+# Fields that must be present (non-null) for each kind, besides v/kind/t/node.
+REQUIRED = {
+    "state": ("root", "root_seq"),
+    "peers": ("peers",),
+    "counters": (),
+    "probe": ("probe", "id", "src", "dst", "ok"),
+    "event": ("event",),
+    "topology": ("edges",),
+}
+# Fields whose key must be present for the kind even though null is allowed.
+REQUIRED_KEYS = {"state": ("desc",)}
+COUNTER_FIELDS = ("rx", "tx", "drops", "verify_done", "verify_skipped", "verify_cached",
+                  "evictions", "occupancy", "mem_free")
+# Key-valued fields checked for format when present (kind, field).
+KEY_FIELDS = (("state", "root"), ("state", "parent"), ("state", "desc"),
+              ("probe", "src"), ("probe", "dst"))
+
+# Reasons a line can be rejected with (documented in docs/PIPELINE.md).
+REASONS = (
+    "not_json", "malformed_json", "missing_field:<f>", "unknown_version",
+    "unknown_kind", "wrong_type:<f>", "bad_value:<f>", "bad_key:<f>",
+)
+
+
+def parse_lines(lines):
+    """lines: DataFrame with `value` (one input line, prefix already removed),
+    `source`, `seq` and `ignore` (a reason starting with "ignored:" for lines
+    that are not telemetry at all). Returns the rows with every typed field,
+    `reason` (null = valid), `raw` (the line, kept only for rejected rows)."""
+    opts = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+    df = lines.select("source", "seq", "value", "ignore",
+                      F.from_json("value", RECORD_SCHEMA, opts).alias("r"))
+    r = F.col("r")
+    kind = r["kind"]
+    # The raw map (a second JSON parse) is only needed to explain a line
+    # that is already known to be bad, so it is computed for those only.
+    suspicious = (r[CORRUPT].isNotNull() | r["v"].isNull() | (r["v"] != SCHEMA_VERSION)
+                  | kind.isNull() | ~kind.isin(*KINDS))
+    df = df.withColumn("m", F.when(suspicious, F.from_json("value", RAW_SCHEMA)))
+    m = F.col("m")
+
+    def is_key(col):
+        return F.lower(col).rlike(KEY_RE)
+
+    def first(*whens):
+        return F.coalesce(*whens) if len(whens) > 1 else whens[0]
+
+    # Lines the typed parser already flagged: find out why (raw map needed).
+    bad = [F.when(m.isNull(), F.lit("malformed_json")),
+           F.when(r["v"].isNull() & m.getItem("v").isNull(), F.lit("missing_field:v")),
+           F.when(r["v"].isNull() | (r["v"] != SCHEMA_VERSION), F.lit("unknown_version")),
+           F.when(kind.isNull() & m.getItem("kind").isNull(), F.lit("missing_field:kind")),
+           F.when(kind.isNull() | ~kind.isin(*KINDS), F.lit("unknown_kind"))]
+    for name, _typ in TYPED_FIELDS[2:]:
+        bad.append(F.when(r[name].isNull() & m.getItem(name).isNotNull(), F.lit("wrong_type:" + name)))
+    # A line the typed parser flagged but no field-level rule explains.
+    bad.append(F.lit("malformed_json"))
+
+    # Well-formed lines: common rules, then the rules of their kind. A
+    # `topology` record describes the whole mesh: its `node` (whoever emitted
+    # it) may be anything and does not join the node set.
+    per_node = kind != "topology"
+    common = [F.when(r["t"].isNull(), F.lit("missing_field:t")),
+              F.when(per_node & r["node"].isNull(), F.lit("missing_field:node")),
+              F.when(F.isnan(r["t"]) | (F.abs(r["t"]) == float("inf")), F.lit("bad_value:t")),
+              F.when(per_node & ~is_key(r["node"]), F.lit("bad_key:node"))]
+    by_kind = dict((k, []) for k in KINDS)
+    for k, fields in REQUIRED.items():
+        for name in fields:
+            by_kind[k].append(F.when(r[name].isNull(), F.lit("missing_field:" + name)))
+    for k, fields in REQUIRED_KEYS.items():
+        for name in fields:
+            # the key may hold null, so its presence is read from the text
+            by_kind[k].append(F.when(r[name].isNull() & ~F.col("value").rlike('"' + name + '"\\s*:'),
+                                     F.lit("missing_field:" + name)))
+    # `peers` is an int in state records and a list in peers records
+    by_kind["state"].append(F.when(r["peers"].isNotNull() & F.col("peers_n").isNull(),
+                                   F.lit("wrong_type:peers")))
+    by_kind["peers"].append(F.when(F.col("peer_list").isNull(), F.lit("wrong_type:peers")))
+    any_counter = r[COUNTER_FIELDS[0]].isNotNull()
+    for n in COUNTER_FIELDS[1:]:
+        any_counter = any_counter | r[n].isNotNull()
+    by_kind["counters"].append(F.when(~any_counter, F.lit("missing_field:counters")))
+    for k, name in KEY_FIELDS:
+        by_kind[k].append(F.when(r[name].isNotNull() & ~is_key(r[name]), F.lit("bad_key:" + name)))
+    by_kind["probe"].append(F.when(~r["probe"].isin("ping", "trace"), F.lit("bad_value:probe")))
+    by_kind["probe"].append(F.when(r["hops"] < 0, F.lit("bad_value:hops")))
+    by_kind["probe"].append(F.when(r["rtt_ms"] < 0, F.lit("bad_value:rtt_ms")))
+    per_kind = None
+    for k in KINDS:
+        if by_kind[k]:
+            cond = kind == k
+            per_kind = (F.when(cond, first(*by_kind[k])) if per_kind is None
+                        else per_kind.when(cond, first(*by_kind[k])))
+    reason = (F.when(F.col("ignore").isNotNull(), F.col("ignore"))
+              .when(~F.ltrim(F.col("value")).startswith("{"), F.lit("not_json"))
+              .when(suspicious, first(*bad))
+              .otherwise(F.coalesce(first(*common), per_kind)))
+
+    typed = [r[name].alias(name) for name, _t in TYPED_FIELDS if name != "peers"]
+    df = df.select(
+        "source", "seq", "value", "ignore", "r", "m", *typed,
+        F.when(kind == "state", r["peers"].cast(_L)).alias("peers_n"),
+        F.when(kind == "peers", F.from_json(r["peers"], PEER_LIST_SCHEMA)).alias("peer_list"),
+    )
+    df = df.withColumn("reason", reason)
+    keep = [name for name, _t in TYPED_FIELDS if name != "peers"]
+    out = df.select(
+        "source", "seq", "reason",
+        F.when(F.col("reason").isNotNull(), F.col("value")).alias("raw"),
+        *[F.col(n) for n in keep], "peers_n", "peer_list")
+    # Normalise keys to lower case (the format check above is case-insensitive).
+    for name in ("node", "root", "parent", "desc", "src", "dst"):
+        out = out.withColumn(name, F.lower(F.col(name)))
+    out = out.withColumn("path", F.transform("path", lambda x: F.lower(x)))
+    return out
+

@@ -1,0 +1,119 @@
+"""SparkSession for the pipeline: local[2] by default, any master by URL,
+quiet logging, small shuffles.
+
+No Python UDFs are used anywhere in the pipeline, so executors run only JVM
+code: a cluster needs no Python packages on its workers for `analyze`.
+"""
+import os
+import sys
+import tempfile
+import warnings
+
+DEFAULT_MASTER = "local[2]"
+
+_LOG4J = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = spark %p %c{1}: %m%n
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+logger.parquet.name = org.apache.parquet
+logger.parquet.level = error
+logger.hadoop.name = org.apache.hadoop
+logger.hadoop.level = error
+"""
+
+
+def _log4j_file():
+    path = os.path.join(tempfile.gettempdir(), "snakemesh-spark-log4j2-%d.properties" % os.getuid())
+    try:
+        with open(path) as f:
+            if f.read() == _LOG4J:
+                return path
+    except OSError:
+        pass
+    tmp = path + ".%d" % os.getpid()
+    with open(tmp, "w") as f:
+        f.write(_LOG4J)
+    os.replace(tmp, path)
+    return path
+
+
+def spark_log_path():
+    return os.path.join(tempfile.gettempdir(), "snakemesh-spark-%d.log" % os.getuid())
+
+
+def quiet_imports():
+    """PySpark warns about pandas >= 3 on import; the pipeline does not use
+    pandas inside Spark, so that warning is noise."""
+    warnings.filterwarnings("ignore", message=".*pandas.*", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="pyspark")
+
+
+def get_session(master=None, conf=None, app_name="snakemesh-analyze", small_input=False):
+    """Return a SparkSession (reusing an active one). `master` None means
+    local[2], unless running under spark-submit (then its master is kept).
+    `conf` is a dict of extra Spark settings. `small_input` (local mode
+    only) limits the JVM to its quick C1 compiler: start-up and the first
+    jobs take about half as long, which is all that matters for small runs."""
+    quiet_imports()
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    b = SparkSession.builder.appName(app_name)
+    if master:
+        b = b.master(master)
+    elif not under_submit:
+        b = b.master(DEFAULT_MASTER)
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.sources.partitionOverwriteMode": "static",
+        "spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=file:" + _log4j_file(),
+    }
+    eff_master = master or ("" if under_submit else DEFAULT_MASTER)
+    if eff_master.startswith("local"):
+        settings["spark.driver.memory"] = "2g"
+        if small_input:
+            settings["spark.driver.extraJavaOptions"] += " -XX:TieredStopAtLevel=1"
+    settings.update(conf or {})
+    for k, v in settings.items():
+        b = b.config(k, v)
+    # The JVM prints a start-up banner on stderr (e.g. "Using incubator
+    # modules"); send the JVM's stderr to a log file so the CLI stays quiet.
+    spark = _with_stderr_to(spark_log_path(), b.getOrCreate)
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _with_stderr_to(path, fn):
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        return fn()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:
+        os.close(saved)
+        return fn()
+    try:
+        os.dup2(fd, 2)
+        return fn()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
