@@ -11,7 +11,7 @@
 from snake import wire
 from snake import platform
 from snake.platform import ticks_diff, copy_into
-from snake.tables import Table
+from snake.tables import Table, key_eq_at
 from snake.tree import Tree
 from snake.snek import Snake, worse, FULL_KEY, BOOTSTRAP_INTERVAL_MS, MAINTAIN_INTERVAL_MS
 from snake.telemetry import (Counters, D_MALFORMED, D_OVERSIZE, D_UNKNOWN_PORT,
@@ -280,7 +280,7 @@ class Router:
             if nh:
                 self._relay(port, nh, buf, n, f)
                 return
-            if tree.dist == 0 and _key_at_eq(buf, f.dst_off, self.key):
+            if tree.dist == 0 and key_eq_at(self.key, buf, f.dst_off):
                 self._deliver(buf, f)
                 return
             # no tree next hop: clear the coordinates and fall back to SNEK
@@ -422,10 +422,10 @@ class Router:
         if f.hop_limit <= 1:
             c.drops[D_WAKEUP_HOP_LIMIT] += 1
             return
-        if not _key_at_eq(buf, f.root_off, tree.root_key()) or f.root_seq != tree.root_seq():
+        if not key_eq_at(tree.root_key(), buf, f.root_off) or f.root_seq != tree.root_seq():
             c.drops[D_WAKEUP_ROOT] += 1
             return
-        if _key_at_eq(buf, f.src_off, self.key):
+        if key_eq_at(self.key, buf, f.src_off):
             c.drops[D_WAKEUP_DUP] += 1
             return
         slot = self.wakeups.find_at(buf, f.src_off)
@@ -594,11 +594,3 @@ class Router:
 def _no_tx(port, buf, n):
     return False
 
-
-def _key_at_eq(buf, off, key):
-    i = 0
-    while i < 32:
-        if buf[off + i] != key[i]:
-            return False
-        i += 1
-    return True

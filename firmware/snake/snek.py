@@ -6,7 +6,7 @@
 # next_hop() is on the forwarding hot path: it allocates nothing. Its result
 # is left in attributes (nh_port, nh_key, nh_seq) instead of a tuple.
 from snake import wire
-from snake.tables import Table
+from snake.tables import Table, key_eq_at
 from snake.platform import ticks_diff, copy_into
 from snake.telemetry import (D_BOOTSTRAP_ROOT, D_BOOTSTRAP_REPLAY, D_BOOTSTRAP_SELF,
                              D_BAD_SIGNATURE, D_ROUTE_TABLE_FULL, D_LOOP, D_WATERMARK)
@@ -155,7 +155,7 @@ class Snake:
                     i = 0
                     while i < n:
                         o = offs[i]
-                        if raw[o] == d0 and _eq_key_at(dst, raw, o):
+                        if raw[o] == d0 and key_eq_at(dst, raw, o):
                             best_key = dst
                             best_port = p
                             best_seq = 0
@@ -371,11 +371,3 @@ class Snake:
             self.desc_valid = False
             self.r.event("desc_changed", None)
 
-
-def _eq_key_at(key, buf, off):
-    i = 0
-    while i < 32:
-        if key[i] != buf[off + i]:
-            return False
-        i += 1
-    return True

@@ -117,3 +117,24 @@ class Table:
             self.used[i] = 0
             i += 1
         self.count = 0
+
+
+def key_eq_at(key, buf, off):
+    """key (32 bytes) == buf[off:off+32], compared in place (no slice, so
+    no allocation on MicroPython)."""
+    i = 0
+    while i < 32:
+        if key[i] != buf[off + i]:
+            return False
+        i += 1
+    return True
+
+
+def keys_eq_at(a, aoff, b, boff):
+    """a[aoff:aoff+32] == b[boff:boff+32], in place."""
+    i = 0
+    while i < 32:
+        if a[aoff + i] != b[boff + i]:
+            return False
+        i += 1
+    return True

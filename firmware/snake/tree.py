@@ -11,6 +11,7 @@
 from snake import wire
 from array import array
 from snake.platform import ticks_diff, copy_into
+from snake.tables import key_eq_at, keys_eq_at
 
 ROOT_INTERVAL_MS = 30 * 60 * 1000   # root re-announces with seq+1
 ANN_EXPIRY_MS = 45 * 60 * 1000      # a peer's announcement expires
@@ -86,7 +87,7 @@ class Tree:
         i = 0
         n = self.ann_nhops[port]
         while i < n:
-            if _eq_key_at(key, raw, offs[i]):
+            if key_eq_at(key, raw, offs[i]):
                 return True
             i += 1
         return False
@@ -122,10 +123,10 @@ class Tree:
             return "no_hops"
         root_off = f.root_off
         # first hop key = root key
-        if not _eq_at(buf, f.hop_key_off[0], buf, root_off):
+        if not keys_eq_at(buf, f.hop_key_off[0], buf, root_off):
             return "first_hop_not_root"
         # last hop key = the sending peer's key
-        if not _eq_key_at(self.r.port_key[port], buf, f.hop_key_off[n - 1]):
+        if not key_eq_at(self.r.port_key[port], buf, f.hop_key_off[n - 1]):
             return "last_hop_not_peer"
         i = 0
         while i < n:
@@ -133,12 +134,12 @@ class Tree:
                 return "hop_port_zero"
             j = i + 1
             while j < n:
-                if _eq_at(buf, f.hop_key_off[i], buf, f.hop_key_off[j]):
+                if keys_eq_at(buf, f.hop_key_off[i], buf, f.hop_key_off[j]):
                     return "duplicate_key"
                 j += 1
             i += 1
         # the same root must not go backwards in sequence
-        if self.ann_valid[port] and _eq_key_at(self.ann_root[port], buf, root_off):
+        if self.ann_valid[port] and key_eq_at(self.ann_root[port], buf, root_off):
             if f.root_seq < self.ann_seq[port]:
                 return "sequence_backwards"
         # every hop signature must verify (cache: a known prefix costs nothing)
@@ -358,20 +359,3 @@ class Tree:
             p += 1
         return best
 
-
-def _eq_at(a, aoff, b, boff):
-    i = 0
-    while i < 32:
-        if a[aoff + i] != b[boff + i]:
-            return False
-        i += 1
-    return True
-
-
-def _eq_key_at(key, buf, off):
-    i = 0
-    while i < 32:
-        if key[i] != buf[off + i]:
-            return False
-        i += 1
-    return True
