@@ -115,26 +115,15 @@ def encode_varu64(buf, off, v):
     return off + n
 
 
-def varu64_end(buf, off, end):
-    # Offset just after the varu64 starting at off (must end before `end`).
-    if end > len(buf):
-        end = len(buf)
-    lim = off + _MAXV
-    if lim > end:
-        lim = end
-    i = off
-    while i < lim:
-        if buf[i] < 0x80:
-            if i - off == _MAXV - 1 and (buf[off] & 0x7F) > 1:
-                raise WireError("varu64")
-            return i + 1
-        i += 1
-    raise WireError("varu64")
+# End offset of the varu64 most recently read by _scan (a module global
+# instead of a returned tuple: no allocation on the hot path).
+_end = 0
 
 
-def read_varu64(buf, off, end):
-    if end > len(buf):
-        end = len(buf)
+def _scan(buf, off, end):
+    # The one varu64 decoder: value of the varu64 at off (must end before
+    # `end`); its end offset is left in _end.
+    global _end
     lim = off + _MAXV
     if lim > end:
         lim = end
@@ -146,9 +135,24 @@ def read_varu64(buf, off, end):
         if b < 0x80:
             if i - off == _MAXV - 1 and (buf[off] & 0x7F) > 1:
                 raise WireError("varu64")
+            _end = i + 1
             return v
         i += 1
     raise WireError("varu64")
+
+
+def varu64_end(buf, off, end):
+    # Offset just after the varu64 starting at off (must end before `end`).
+    if end > len(buf):
+        end = len(buf)
+    _scan(buf, off, end)
+    return _end
+
+
+def read_varu64(buf, off, end):
+    if end > len(buf):
+        end = len(buf)
+    return _scan(buf, off, end)
 
 
 def _varu64_bytes(v):
@@ -312,22 +316,10 @@ class Frame:
         self._vend = 0
 
     def _rv(self, buf, off, end):
-        # read_varu64 that also records where the integer ends (no tuple).
-        lim = off + _MAXV
-        if lim > end:
-            lim = end
-        v = 0
-        i = off
-        while i < lim:
-            b = buf[i]
-            v = (v << 7) | (b & 0x7F)
-            if b < 0x80:
-                if i - off == _MAXV - 1 and (buf[off] & 0x7F) > 1:
-                    raise WireError("varu64")
-                self._vend = i + 1
-                return v
-            i += 1
-        raise WireError("varu64")
+        # read_varu64 that also records where the integer ends (no tuple)
+        v = _scan(buf, off, end)
+        self._vend = _end
+        return v
 
     def decode(self, buf, n):
         if n < HEADER_LEN or n > len(buf):
