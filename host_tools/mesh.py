@@ -329,15 +329,23 @@ class ProcessMesh(object):
                     "hops": len(hops) if reached else None, "path": path if reached else None})
         return r
 
-    def record(self, seconds, interval=1):
-        """Stream every node's telemetry for `seconds` into telemetry.jsonl."""
+    def telemetry(self, interval):
+        """Ask every node to stream telemetry every `interval` s (0: off)."""
         for n in self.names:
-            self.request(n, "telemetry %d" % interval)
+            self.request(n, "telemetry %d" % interval if interval else "telemetry off")
+
+    def drain(self, seconds):
+        """Copy the telemetry the nodes stream into telemetry.jsonl for
+        `seconds`."""
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             for n in self.names:
                 for obj in self.nodes[n].read_objects(0.05):
                     if isinstance(obj, dict) and "v" in obj:
                         self._emit(obj)
-        for n in self.names:
-            self.request(n, "telemetry off")
+
+    def record(self, seconds, interval=1):
+        """Stream every node's telemetry for `seconds` into telemetry.jsonl."""
+        self.telemetry(interval)
+        self.drain(seconds)
+        self.telemetry(0)

@@ -297,14 +297,18 @@ class Node:
             return
         if link is not None and self.links[port] is not link:
             return   # already taken down (router disconnect, duplicate)
+        self._release(port)
+        self.log("peer down: port %d (%s)" % (port, reason))
+        self.router.port_down(port, ticks_ms())
+
+    def _release(self, port):
+        """Forget the port's link and task, return its queued buffers."""
         self.links[port] = None
         self.tasks[port] = None
         q = self.queues[port]
         if q is not None:
             q.reset(q.limit)
         self.stats["links_down"] += 1
-        self.log("peer down: port %d (%s)" % (port, reason))
-        self.router.port_down(port, ticks_ms())
 
     def start_link(self, link):
         """Serve a connected link in its own task (handshake, frames)."""
@@ -322,13 +326,8 @@ class Node:
         if link is None:
             return
         self.stats["core_disconnect"] += 1
-        self.links[port] = None
         task = self.tasks[port]
-        self.tasks[port] = None
-        q = self.queues[port]
-        if q is not None:
-            q.reset(q.limit)
-        self.stats["links_down"] += 1
+        self._release(port)
         self.log("link closed: port %d (%s)" % (port, reason))
         link.close()
         if task is not None:

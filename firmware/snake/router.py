@@ -343,7 +343,7 @@ class Router:
             self.deliver(bytes(buf[so:so + 32]), bytes(buf[po:po + f.payload_len]))
 
     def _cc_victim(self, table):
-        # expired first, then the oldest entry
+        # the oldest entry (an expired one is always among the oldest)
         best = -1
         i = 0
         while i < table.capacity:

@@ -61,6 +61,7 @@ class Tree:
         self.sig = None              # our hop signature over the parent's announcement
         self.root_sig = None         # our hop signature as root (key | seq)
         self.f = wire.Frame(H)       # scratch view for stored announcements
+        self._prev_root = bytearray(32)  # scratch: the peer's previous root
         self.changed = False         # root/parent changed since last check
 
     # ---- queries --------------------------------------------------------
@@ -190,11 +191,13 @@ class Tree:
         passed the sanity checks."""
         key = self.r.key
         first = not self.ann_valid[port]
-        prev_root = bytearray(32)
+        prev_root = self._prev_root
         prev_seq = 0
         if not first:
             copy_into(prev_root, 0, self.ann_root[port], 0, 32)
             prev_seq = self.ann_seq[port]
+        else:
+            copy_into(prev_root, 0, b"\x00" * 32, 0, 32)
         was_weaker_before = (not first) and prev_root < self.root_key()
         self.store(port, buf, n, f, now)
         if first:

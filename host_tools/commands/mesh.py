@@ -45,8 +45,7 @@ def run_mesh(args, progress=say):
                                                      sum(1 for e in m.edges if e[2] == "ble")))
         t_tree, t_snake = m.wait_converged(timeout=args.converge_timeout, progress=progress)
         summary.update(tree_converged_s=round(t_tree, 1), snake_converged_s=round(t_snake, 1))
-        for n in m.names:
-            m.request(n, "telemetry 1")
+        m.telemetry(1)
         pairs = [(a, b) for a in m.names for b in m.names if a != b]
         rnd.shuffle(pairs)
         ok = 0
@@ -62,14 +61,8 @@ def run_mesh(args, progress=say):
             hops = r.get("hops") or []
             names = [m.name_of(h.get("key")) for h in hops]
             progress("trace %-8s -> %-8s %s" % (a, b, " > ".join(str(x) for x in names) or "no reply"))
-        end = time.monotonic() + args.duration
-        while time.monotonic() < end:
-            for n in m.names:
-                for obj in m.nodes[n].read_objects(0.05):
-                    if isinstance(obj, dict) and "v" in obj:
-                        m._emit(obj)
-        for n in m.names:
-            m.request(n, "telemetry off")
+        m.drain(args.duration)
+        m.telemetry(0)
         summary["pids"] = m.pids()
     return summary
 
