@@ -7,6 +7,13 @@
 # (`snakemesh node` does this; options in snake/config.py).
 import sys
 
-from snake import node
+try:
+    from snake import node
+except MemoryError:
+    # the heap cannot even hold the firmware's bytecode (README "Memory")
+    print("snakemesh: error: out of memory loading the firmware")
+    sys.exit(3)
 
-node.main(sys.argv[1:] if len(sys.argv) > 1 else [])
+rc = node.main(sys.argv[1:] if len(sys.argv) > 1 else [])
+if rc:
+    sys.exit(rc)     # unix port: the exit status; a board drops to the REPL

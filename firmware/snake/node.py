@@ -465,7 +465,10 @@ def main(argv=None):
     except MemoryError:
         _unload("snake.config")
         _log_line("error: out of memory while booting")
-        _boot_fail("out of memory while booting")
+        try:
+            _boot_fail("out of memory while booting")
+        except MemoryError:
+            pass    # not even the console fits: the line above says it all
         return 3
 
 

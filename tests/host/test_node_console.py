@@ -365,3 +365,46 @@ def test_busy_listen_port_is_a_boot_warning():
     finally:
         n.stop()
         so.close()
+
+
+@pytest.mark.parametrize("heap", ["48K", "110K", "150K"])
+def test_heap_too_small_is_one_error_line_not_a_traceback(heap, tmp_path):
+    """A heap too small for the firmware (.mpy, as on a board) fails with
+    one clear line: while loading the modules (exit status 3), while
+    booting (exit status 3), or while building the router (the console
+    stays up and says so), never a traceback."""
+    from host_tools.nodeproc import build_mpy
+    mpy = build_mpy(str(tmp_path / "mpy"))
+    env = dict(os.environ)
+    env["MICROPYPATH"] = ":".join([".frozen", mpy, os.path.join(mpy, "lib")])
+    prof = os.path.join(host_tools.REPO_ROOT, "boards", "ESP32_GENERIC", "profile.json")
+    cmd = [micropython_binary(), "-X", "heapsize=" + heap, os.path.join(mpy, "main.py"),
+           "--seed", "11" * 32, "--profile", prof, "--no-multicast"]
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=env)
+    try:
+        p.stdin.write(b"#1 status\n")
+        p.stdin.flush()
+        try:
+            out, err = p.communicate(timeout=8)
+            running = False
+        except subprocess.TimeoutExpired:
+            running = True
+            p.kill()
+            out, err = p.communicate()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    text = (out + err).decode("utf-8", "replace")
+    assert "Traceback" not in text, text
+    if running:
+        boot = [json.loads(l[len(PREFIX):]) for l in out.splitlines() if l.startswith(PREFIX)]
+        assert boot and boot[0]["re"] == "boot" and boot[0]["ok"] is False, text
+        assert "out of memory" in boot[0]["error"], text
+        st = [o for o in boot if o.get("id") == "1"]
+        assert st and st[0]["ok"] is False, text
+    else:
+        assert p.returncode == 3, (p.returncode, text)
+        lines = [l for l in text.splitlines() if l.strip()]
+        assert lines and lines[0].startswith("snakemesh: error: out of memory"), text
