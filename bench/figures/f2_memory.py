@@ -18,6 +18,13 @@
     node has two peers and one root, 20 s of steady state, then each node's
     console `status` reports gc.mem_free() (after gc.collect()) five times;
     the figure is the lowest node's median, as a share of the 110K heap.
+2c. What 2b's budget is spent on before any state: bench/figures/mp_code_heap.py
+    imports the modules a running Wi-Fi node holds, from the same .mpy
+    build, and reports the gc.mem_alloc() growth (bytecode, constants,
+    qstrs, raw-code and function objects in the heap, as on a board running
+    stock MicroPython). With 2a, it gives the floor of a node's heap use:
+    when code + state alone exceed 65 % of 110K, 2b cannot pass with this
+    code in the heap (frozen modules or ROMFS keep it in flash instead).
 """
 import os
 import socket
@@ -111,6 +118,37 @@ def wait_mesh(nodes, peers, timeout):
         timeout, [(s.get("peers"), (s.get("root") or "")[:8]) for s in (last or [])]))
 
 
+def code_heap(ctx, mpy_dir):
+    """Row 2c: heap taken by importing the running node's modules (.mpy)."""
+    env = dict(os.environ)
+    env["MICROPYPATH"] = ".frozen:%s:%s" % (mpy_dir, os.path.join(mpy_dir, "lib"))
+    vals = []
+    last = None
+    old = os.environ.get("MICROPYPATH")
+    try:
+        os.environ["MICROPYPATH"] = env["MICROPYPATH"]
+        for i in range(3):
+            last = run_mp([os.path.join(FIGS, "mp_code_heap.py")])
+            vals.append(last["code_heap"])
+    except (RuntimeError, NotAvailable) as e:
+        return row("2c firmware code in the heap (.mpy imports)", None, "B", "report", None,
+                   "not measured: %s" % e)
+    finally:
+        if old is None:
+            os.environ.pop("MICROPYPATH", None)
+        else:
+            os.environ["MICROPYPATH"] = old
+    v = median(vals)
+    ctx.shared.setdefault("f2", {})["code"] = last
+    state = (ctx.shared.get("f2", {}).get("state") or {}).get("heap_full")
+    floor = "" if state is None else "; code + full state (2a) = %d B = %.0f %% of 110K" % (
+        v + state, 100.0 * (v + state) / HEAP_BYTES)
+    big = sorted(last["per_module"].items(), key=lambda kv: -kv[1])[:4]
+    note = "%d modules%s; largest increments: %s" % (
+        len(last["modules"]), floor, ", ".join("%s %d" % kv for kv in big))
+    return row("2c firmware code in the heap (.mpy imports)", v, "B", "report", None, note)
+
+
 def node_heap(ctx):
     try:
         NodeProcess, build_mpy = node_runtime()
@@ -120,16 +158,18 @@ def node_heap(ctx):
     steady = 10 if ctx.quick else 20
     tmp = tempfile.mkdtemp(prefix="bench_mpy_")
     nodes = []
+    rows = []
     try:
         mpy = build_mpy(tmp)
+        rows.append(code_heap(ctx, mpy))
         seeds = [bytes([0x21 + i]) * 32 for i in range(3)]
         try:
             nodes = start_triangle(NodeProcess, mpy, HEAP, "ESP32_GENERIC", seeds)
             wait_mesh(nodes, 2, 60)
         except Exception as e:
             msg = str(e).splitlines()[0][:300]
-            return [row("2b 3-node mesh, 110K heap: mem_free share", None, "%", ">= 35 %", False,
-                        "node failed: %s" % msg)]
+            return rows + [row("2b 3-node mesh, 110K heap: mem_free share", None, "%", ">= 35 %",
+                               False, "node failed: %s" % msg)]
         ctx.log("2b mesh formed; %d s steady state" % steady)
         time.sleep(steady)
         per_node = []
@@ -149,8 +189,8 @@ def node_heap(ctx):
         ctx.shared.setdefault("f2", {})["node"] = {"mem_free_per_node": per_node, "status": st}
         note = "mem_free per node (median of 5): %s B of %d B; .mpy, ESP32_GENERIC, triangle" % (
             ", ".join(str(m) for m in meds), HEAP_BYTES)
-        return [row("2b 3-node mesh, 110K heap: mem_free share", round(share, 1), "%", ">= 35 %",
-                    share >= 35.0, note)]
+        return rows + [row("2b 3-node mesh, 110K heap: mem_free share", round(share, 1), "%",
+                           ">= 35 %", share >= 35.0, note)]
     finally:
         for p in nodes:
             try:

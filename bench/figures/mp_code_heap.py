@@ -1,0 +1,44 @@
+# Heap taken by the firmware's code itself (figure 2c), under MicroPython.
+#
+#   MICROPYPATH=.frozen:MPY_DIR:MPY_DIR/lib micropython mp_code_heap.py [MODULE ...]
+#
+# MPY_DIR is the firmware compiled to .mpy (host_tools.nodeproc.build_mpy),
+# as `snakemesh deploy` puts it on a board running stock MicroPython, where
+# importing a .mpy copies its bytecode, constants and qstrs into the heap
+# and creates a raw-code and a function object per function.
+# Imports the modules a running Wi-Fi node holds (default list below, the
+# order the node imports them) and prints one JSON line: gc.mem_alloc()
+# growth (after gc.collect()) for the whole set, the growth per module (an
+# approximation: a module that makes the qstr pool grow is charged for the
+# whole new pool block), and the modules loaded.
+import gc
+import json
+import sys
+
+# leaves first, so each increment is mostly the module's own
+MODULES = ["asyncio", "snake.platform", "sha512", "ed25519", "snake.crypto", "snake.wire",
+           "snake.tables", "snake.telemetry", "snake.profile", "snake.tree", "snake.snek",
+           "snake.router", "snake.link", "snake.stream", "snake.probe", "snake.console",
+           "snake.wifi", "snake.node"]
+
+
+def alloc():
+    gc.collect()
+    return gc.mem_alloc()
+
+
+def main(names):
+    before = set(sys.modules)
+    base = alloc()
+    prev = base
+    per = {}
+    for name in names:
+        __import__(name)
+        a = alloc()
+        per[name] = a - prev
+        prev = a
+    loaded = sorted(set(sys.modules) - before)
+    print(json.dumps({"code_heap": prev - base, "per_module": per, "modules": loaded}))
+
+
+main(sys.argv[1:] or MODULES)
