@@ -20,7 +20,8 @@
 #
 # Read buffers: one bytearray(frame_max) per live link, taken from a free
 # list (allocated on first need, reused after), at most max_peers + 2 at
-# once (links still in their handshake count); a further link is refused.
+# once (links still in their handshake count); a further link is refused
+# ("busy"), and so is one whose buffer the heap cannot give ("no_memory").
 import asyncio
 import sys
 
@@ -204,8 +205,18 @@ class Node:
             return self.rx_free.pop()
         if self.rx_out >= self.rx_max:
             return None
+        try:
+            buf = bytearray(self.profile.frame_max)
+        except MemoryError:
+            # a fragmented heap: collect once and try again, else the link
+            # is refused (counted as a no_memory handshake failure)
+            self.oom()
+            try:
+                buf = bytearray(self.profile.frame_max)
+            except MemoryError:
+                return None
         self.rx_out += 1
-        return bytearray(self.profile.frame_max)
+        return buf
 
     def rxbuf_put(self, buf):
         self.rx_out -= 1

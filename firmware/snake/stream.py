@@ -78,7 +78,15 @@ async def handshake(node, link, buf, mv):
     if pub == node.key:
         node.hs_failed("self", link)
         return None
-    if not node.verify(pub, signed, sig):
+    try:
+        ok = node.verify(pub, signed, sig)
+    except MemoryError:
+        # no heap for the check says nothing about the peer: count it, drop
+        # the link (the dialer tries again) and keep the node running
+        node.oom()
+        node.hs_failed("no_memory", link)
+        return None
+    if not ok:
         node.hs_failed("bad_signature", link)
         return None
     return pub
@@ -118,9 +126,10 @@ async def run(node, link):
     """Serve one link until it closes. Returns the close reason (str)."""
     buf = node.rxbuf_get()
     if buf is None:
-        node.hs_failed("busy", link)
+        why = "busy" if node.rx_out >= node.rx_max else "no_memory"
+        node.hs_failed(why, link)
         link.close()
-        return "busy"
+        return why
     mv = memoryview(buf)
     hdr = mv[0:wire.HEADER_LEN]
     fmax = len(buf)
@@ -174,6 +183,10 @@ async def run(node, link):
                 break
     except asyncio.CancelledError:
         reason = "cancelled"
+    except MemoryError:
+        # e.g. the writer task could not be created: the link goes, the node stays
+        node.oom()
+        reason = "no_memory"
     finally:
         if wt is not None:
             wt.cancel()

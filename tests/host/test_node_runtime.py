@@ -308,3 +308,46 @@ def test_config_key_file_and_json(tmp_path):
     cj.write_text('{"nonsense": 1}')
     with pytest.raises(config.ConfigError):
         config.from_argv(["--config", str(cj)], getenv=lambda k: None)
+
+
+def test_out_of_memory_in_a_handshake_is_counted_and_the_node_carries_on():
+    """A MemoryError while checking a peer's handshake signature, or while
+    allocating a link's read buffer, closes that link with a counted
+    no_memory failure (never an uncaught task exception); the buffer goes
+    back, and the next link works."""
+    async def go():
+        node = make_node()
+        real_verify = node.verify
+        calls = []
+
+        def failing_verify(pub, msg, sig):
+            calls.append(1)
+            raise MemoryError("memory allocation failed")
+        node.verify = failing_verify
+        hs, _ = handshake_of(bytes([0x21]) * 32)
+        lk = MemLink()
+        lk.feed(hs)
+        reason = await asyncio.wait_for(stream.run(node, lk), 3)
+        assert calls and reason == "handshake" and lk.closed
+        assert node.hs_fail.get("no_memory") == 1 and node.stats["oom"] == 1
+        assert node.rx_out == 0 and node.links.count(None) == len(node.links)
+        # a read buffer the heap cannot give
+        node.verify = real_verify
+        node.rx_free[:] = []
+        big = node.profile.frame_max
+        node.profile.frame_max = 1 << 62     # bytearray(2^62) raises MemoryError
+        try:
+            lk2 = MemLink()
+            reason = await asyncio.wait_for(stream.run(node, lk2), 3)
+        finally:
+            node.profile.frame_max = big
+        assert reason == "no_memory" and lk2.closed and node.hs_fail.get("no_memory") == 2
+        assert node.rx_out == 0
+        # the next link comes up normally
+        lk3 = MemLink()
+        lk3.feed(hs)
+        task = asyncio.ensure_future(stream.run(node, lk3))
+        await _settle(lambda: node.stats["hs_ok"] == 1)
+        lk3.close()
+        await asyncio.wait_for(task, 3)
+    asyncio.run(go())
