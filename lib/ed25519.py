@@ -241,22 +241,24 @@ def _base_tables():
 # ---------------------------------------------------------------- scalars
 
 def _wnaf(k, w):
-    """Width-w NAF of 0 <= k < 2^256, least significant digit first, with
-    trailing zeros removed. Digits are 0 or odd with |d| < 2^(w-1)."""
+    """Width-w NAF of 0 <= k < 2^256, least significant digit first (the
+    last digits may be zeros). Digits are 0 or odd with |d| < 2^(w-1)
+    (w <= 8), stored as bytes modulo 256 (a negative d is 256 + d): one
+    small bytearray instead of a list of ints, so a verify under a tight,
+    fragmented heap needs no kilobyte-sized block."""
     b = k.to_bytes(34, "little")
     top = 33
     while top >= 0 and b[top] == 0:
         top -= 1
     if top < 0:
-        return []
+        return bytearray(0)
     n = (top + 1) * 8 + 1
-    out = [0] * n
+    out = bytearray(n)
     mask = (1 << w) - 1
     half = 1 << (w - 1)
     full = 1 << w
     carry = 0
     i = 0
-    last = 0
     while i < n:
         j = i >> 3
         if ((b[j] >> (i & 7)) & 1) == carry:
@@ -268,10 +270,8 @@ def _wnaf(k, w):
             carry = 1
         else:
             carry = 0
-        out[i] = word
-        last = i
+        out[i] = word & 0xFF
         i += w
-    del out[last + 1:]
     return out
 
 
@@ -316,22 +316,13 @@ def _half_size(k):
 def _msm(terms):
     """Sum of [k_i]P_i. terms: (naf digits, table, affine) where table holds
     the odd multiples of P_i, as affine Niels (y+x, y-x, 2dxy) when affine
-    is True, else cached (Y+X, Y-X, 2Z, 2dT). Returns projective (X, Y, Z)."""
+    is True, else cached (Y+X, Y-X, 2Z, 2dT). Returns projective (X, Y, Z).
+    Digits are read in place from each term's NAF (bytes, see _wnaf)."""
     p = _P
     n = 0
     for t in terms:
         if len(t[0]) > n:
             n = len(t[0])
-    # per bit: None or a list of (digit, table, affine)
-    ev = [None] * n
-    for naf, tab, aff in terms:
-        for i in range(len(naf)):
-            d = naf[i]
-            if d:
-                if ev[i] is None:
-                    ev[i] = [(d, tab, aff)]
-                else:
-                    ev[i].append((d, tab, aff))
     X = 0
     Y = 1
     Z = 1
@@ -340,7 +331,11 @@ def _msm(terms):
     i = n
     while i > 0:
         i -= 1
-        e_i = ev[i]
+        adds = 0
+        for t in terms:
+            naf = t[0]
+            if i < len(naf) and naf[i]:
+                adds += 1
         if started:
             # doubling (dbl-2008-hwcd, a = -1); T only if an addition follows
             xx = X * X
@@ -355,42 +350,46 @@ def _msm(terms):
             X = e * f % p
             Y = g * h % p
             Z = f * g % p
-            if e_i is not None:
+            if adds:
                 T = e * h % p
-        if e_i is None:
+        if not adds:
             continue
         started = True
-        left = len(e_i)
-        for d, tab, aff in e_i:
-            left -= 1
-            if d > 0:
-                c = tab[d >> 1]
+        for naf, tab, aff in terms:
+            if i >= len(naf):
+                continue
+            dg = naf[i]
+            if not dg:
+                continue
+            adds -= 1
+            if dg < 128:
+                c = tab[dg >> 1]
                 a = (Y - X) * c[1] % p
                 b = (Y + X) * c[0] % p
                 if aff:
                     cc = T * c[2] % p
-                    d = Z + Z
+                    zd = Z + Z
                 else:
                     cc = T * c[3] % p
-                    d = Z * c[2] % p
+                    zd = Z * c[2] % p
             else:
-                c = tab[(-d) >> 1]
+                c = tab[(256 - dg) >> 1]
                 a = (Y - X) * c[0] % p
                 b = (Y + X) * c[1] % p
                 if aff:
                     cc = -T * c[2] % p
-                    d = Z + Z
+                    zd = Z + Z
                 else:
                     cc = -T * c[3] % p
-                    d = Z * c[2] % p
+                    zd = Z * c[2] % p
             e = b - a
-            f = d - cc
-            g = d + cc
+            f = zd - cc
+            g = zd + cc
             h = b + a
             X = e * f % p
             Y = g * h % p
             Z = f * g % p
-            if left:
+            if adds:
                 T = e * h % p
     return X, Y, Z
 

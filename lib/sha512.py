@@ -136,12 +136,20 @@ def _pad(n):
     return b"\x80" + bytes(z) + struct.pack(">QQ", n >> 61, (n << 3) & 0xffffffffffffffff)
 
 
+# message-schedule scratch of the one-shot digest(), allocated once: a
+# verify on a board must not need two fresh 80-entry lists (a kilobyte
+# block each on a 64-bit port) per hash. digest() does not yield, so one
+# set is enough under MicroPython's cooperative asyncio.
+_WH = [0] * 80
+_WL = [0] * 80
+
+
 def digest(data):
     """One-shot SHA-512 of bytes-like data -> 64 bytes."""
     n = len(data)
     st = list(_IV)
-    wh = [0] * 80
-    wl = [0] * 80
+    wh = _WH
+    wl = _WL
     full = n >> 7
     if full:
         _compress(st, data, 0, full, wh, wl)

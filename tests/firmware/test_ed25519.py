@@ -320,13 +320,15 @@ def test_wnaf_digits_reconstruct():
         k = h_int(b"w" + bytes([i])) >> (256 + i * 5)
         for w in (2, 4, 5, 6):
             naf = ed25519._wnaf(k, w)
+            # digits are stored modulo 256 (bytes): -3 is 253
+            assert len(naf) <= 258
             acc = 0
             for j in range(len(naf) - 1, -1, -1):
-                acc = 2 * acc + naf[j]
-                d = naf[j]
+                d = naf[j] - 256 if naf[j] > 127 else naf[j]
+                acc = 2 * acc + d
                 assert d == 0 or (d & 1 and -(1 << (w - 1)) < d < (1 << (w - 1)))
             assert acc == k
-    assert ed25519._wnaf(0, 5) == []
+    assert not any(ed25519._wnaf(0, 5))
 
 
 def test_base_tables_and_constants():
