@@ -46,6 +46,8 @@ COMMANDS = ("help", "version", "status", "peers", "tree", "snake", "routes", "st
 PING_MAX = 100
 TELEMETRY_MIN_S = 0.1
 TELEMETRY_MAX_S = 86400
+WRITE_WAIT_MS = 100        # a full output that takes nothing this long cuts the line
+_EAGAIN = (11, 35)         # EAGAIN on Linux, on macOS/BSD
 
 
 class ConsoleError(Exception):
@@ -158,6 +160,7 @@ class Console:
         self.boot_error = boot_error
         self.out = out if out is not None else _out_stream()
         self.dropped = 0           # output lines lost (stdout would block)
+        self.cut = False           # the last line was cut short (see write)
         self.oom = 0               # replies lost to MemoryError
         self.bad_lines = 0
         self.requests = 0
@@ -173,13 +176,53 @@ class Console:
 
     # ---- output -----------------------------------------------------------
     def write(self, data):
-        try:
-            self.out.write(data)
-            fl = getattr(self.out, "flush", None)
-            if fl is not None:
-                fl()
-        except OSError:
+        """Write one whole output line. The output may be non-blocking (a
+        pty or pipe nobody drains fast enough): a short write is continued;
+        when the output takes nothing for WRITE_WAIT_MS, the rest of the
+        line is dropped (counted in dropped_lines) and the
+        next write first ends the cut line, so a parser sees one bad line
+        and resynchronises instead of losing the next reply too."""
+        if self.cut:
+            if not self._put(b"\n"):
+                self.dropped += 1
+                return
+            self.cut = False
+        if not self._put(data):
             self.dropped += 1
+            self.cut = True
+
+    def _put(self, data):
+        out = self.out
+        n = len(data)
+        off = 0
+        waited = 0
+        mv = None
+        while off < n:
+            try:
+                k = out.write(data if off == 0 else mv[off:])
+            except OSError as e:
+                # CPython: BlockingIOError carries the bytes it did write;
+                # any other error (EIO, a closed pty) ends the line here
+                k = getattr(e, "characters_written", 0) or 0
+                if not k and (e.args[0] if e.args else None) not in _EAGAIN:
+                    return False
+            if k:
+                off += k
+                waited = 0
+                if mv is None and off < n:
+                    mv = memoryview(data)
+                continue
+            if waited >= WRITE_WAIT_MS:
+                return False
+            platform.sleep_ms(2)
+            waited += 2
+        fl = getattr(out, "flush", None)
+        if fl is not None:
+            try:
+                fl()
+            except OSError:
+                pass
+        return True
 
     def emit(self, obj):
         try:

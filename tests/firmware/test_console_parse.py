@@ -19,6 +19,7 @@ class Out:
 
     def write(self, b):
         self.data += b
+        return len(b)
 
     def objects(self):
         out = []
@@ -185,3 +186,61 @@ def test_telemetry_records():
     assert "occupancy" in co and "drops" in co and "mem_free" in co
     assert pe["peers"] == [] and "root" in st and "desc" in st
     assert len(out.objects()) == 3
+
+
+class ShortOut(Out):
+    """A non-blocking output that takes at most `chunk` bytes per write and
+    has no room (returns None, as MicroPython's stream write does on EAGAIN)
+    every other call; `full` makes it take nothing at all."""
+
+    def __init__(self, chunk):
+        Out.__init__(self)
+        self.chunk = chunk
+        self.calls = 0
+        self.full = False
+
+    def write(self, b):
+        self.calls += 1
+        if self.full or self.calls % 2 == 0:
+            return None
+        k = min(self.chunk, len(b))
+        self.data += bytes(b[:k])
+        return k
+
+
+def test_long_reply_on_a_short_writing_output_arrives_whole():
+    out = ShortOut(100)
+    c = Console(node(), out=out)
+    c.reply("x", "1", {"blob": "ab" * 3000})
+    c.handle(b"#2 status")
+    objs = out.objects()
+    assert [o.get("id") for o in objs] == ["1", "2"]
+    assert objs[0]["blob"] == "ab" * 3000 and c.dropped == 0
+
+
+def test_output_without_room_cuts_one_line_and_the_next_reply_survives():
+    out = ShortOut(64)
+    c = Console(node(), out=out)
+    out.calls = 0
+    out.full = False
+    # room for one chunk, then none: the line is cut and counted
+    real = out.write
+    state = {"n": 0}
+
+    def stall(b):
+        state["n"] += 1
+        if state["n"] == 1:
+            k = min(64, len(b))
+            out.data += bytes(b[:k])
+            return k
+        return None
+    out.write = stall
+    c.reply("x", "1", {"blob": "cd" * 500})
+    assert c.dropped == 1 and c.cut
+    out.write = real
+    c.handle(b"#2 status")
+    lines = bytes(out.data).split(b"\n")
+    assert lines[0].startswith(b"@sm ") and len(lines[0]) == 64      # the cut line, alone
+    st = json.loads(lines[1][4:].decode())
+    assert st["re"] == "status" and st["id"] == "2" and st["ok"] is True
+    assert not c.cut
