@@ -22,9 +22,8 @@ model: 1 MB/s, bounded send queue). Asserted:
   30 s (and still 10 s later), and pings between random pairs are delivered.
 
 Run for the UNIX profile (64 routes, verify every bootstrap) and the ESP32
-profile (32 routes, "on-change" verification). The process-mesh variant of
-this flood needs the node runtime (tests/host/test_node_fakepeer.py drives
-real nodes) and is not part of this file.
+profile (32 routes, "on-change" verification). The process-mesh variant
+(real firmware processes over TCP) is tests/host/test_flood_process.py.
 """
 import hashlib
 import os
