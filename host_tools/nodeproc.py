@@ -99,7 +99,7 @@ class NodeProcess(object):
     def __init__(self, seed=None, key_file=None, listen=None, connect=(), multicast=True,
                  ble_medium=None, profile=None, heapsize=None, mpy_dir=None, netns_pid=None,
                  console_port=None, handshake_timeout=None, micropython=None, stderr=None,
-                 extra_args=(), env=None, ble_name=None):
+                 extra_args=(), env=None, ble_name=None, main=None, keep_lines=200):
         if seed is None and key_file is None:
             raise InputError("a node needs --seed or --key-file")
         self.seed = bytes(seed) if seed is not None else None
@@ -125,6 +125,8 @@ class NodeProcess(object):
         self.stderr = stderr
         self.extra_args = list(extra_args)
         self.env = env
+        self.main = main          # another entry script (tests); default: main.py of the firmware
+        self.keep_lines = keep_lines
         self.proc = None
         self.master = None
         self.slave = None
@@ -136,7 +138,7 @@ class NodeProcess(object):
         self._stop = threading.Event()
         self._lsock = None
         self.console_url = None
-        self.lines = []          # the last non-@sm lines seen by request()/wait_boot()
+        self.lines = []          # the last keep_lines non-@sm lines seen by request()/wait_boot()
         self.pending = collections.deque(maxlen=1000)   # @sm objects request() passed over
 
     # -- command line -------------------------------------------------------
@@ -149,7 +151,7 @@ class NodeProcess(object):
         cmd.append(self.micropython)
         if self.heapsize:
             cmd += ["-X", "heapsize=%s" % self.heapsize]
-        main = os.path.join(self.mpy_dir or FIRMWARE_DIR, "main.py")
+        main = self.main or os.path.join(self.mpy_dir or FIRMWARE_DIR, "main.py")
         cmd.append(main)
         if self.key_file is not None and self.seed is None:
             cmd += ["--key-file", os.path.abspath(self.key_file)]
@@ -353,7 +355,7 @@ class NodeProcess(object):
                     yield obj
                     continue
             self.lines.append(line)
-            del self.lines[:-200]
+            del self.lines[:-self.keep_lines]
 
     def request(self, command, timeout=10.0, records=None):
         """Send `#ID command`, return the reply dict (whatever its `ok`).
@@ -374,8 +376,13 @@ class NodeProcess(object):
                     stash.append(obj)   # another request's reply: keep it for later readers
         finally:
             self.pending.extendleft(reversed(stash))
-        raise CliError("no reply to '%s' from node %s within %g s%s"
-                       % (command, self.pubkey[:8], timeout, self._tail()))
+        # an error reply without id (the console could not even parse the
+        # line, e.g. out of memory) may well have been the answer to ours
+        idless = [o.get("error") for o in stash if "re" in o and "id" not in o and o.get("ok") is False]
+        raise CliError("no reply to '%s' from node %s within %g s%s%s"
+                       % (command, self.pubkey[:8], timeout,
+                          "; error replies without id meanwhile: %s" % ", ".join(map(str, idless[-3:]))
+                          if idless else "", self._tail()))
 
     def read_objects(self, duration):
         """Every @sm object the node prints during `duration` seconds."""

@@ -48,6 +48,14 @@ import asyncio
 from snake.platform import const, ticks_ms, ticks_diff, ticks_add
 from snake import platform
 
+# Resolved now, at boot: MicroPython's asyncio loads Lock lazily (module
+# asyncio.lock) on first use, and a module loaded at the first BLE link
+# interns new qstrs then. A new qstr can need MicroPython's next qstr pool
+# (one block of ~14 KB on the 64-bit unix port), which a fragmented heap
+# cannot give however much is free in total: every later new qstr then fails
+# too (see stream.py "Nothing new after boot").
+_Lock = asyncio.Lock
+
 _IRQ_CENTRAL_CONNECT = const(1)
 _IRQ_CENTRAL_DISCONNECT = const(2)
 _IRQ_GATTS_WRITE = const(3)
@@ -115,7 +123,7 @@ PERIPHERAL = const(1)
 
 STAT_NAMES = ("connects_out", "connects_in", "connect_fail", "setup_fail", "links_up",
               "disconnects", "refused_full", "overflow", "send_stall", "adv_errors",
-              "scan_errors", "duplicate", "bytes_in", "bytes_out", "retries")
+              "scan_errors", "duplicate", "bytes_in", "bytes_out", "retries", "oom")
 
 
 def uuid_le(s):
@@ -301,7 +309,7 @@ class BleLink:
             a[0], a[1], a[2], a[3], a[4], a[5], "central" if self.outbound else "peripheral")
         self.flag = new_flag()
         self.closed = False
-        self._lock = asyncio.Lock()
+        self._lock = _Lock()
 
     def _ok(self):
         s = self.slot
@@ -651,6 +659,12 @@ class BleManager:
             except OSError as e:
                 # one stack call failed; the next tick retries
                 print("ble: step error", e)
+            except MemoryError:
+                # no heap for one pass (a link object, a stack call): counted;
+                # the manager must outlive it, or BLE is gone for good
+                self.stats["oom"] += 1
+                import gc
+                gc.collect()
             await asyncio.sleep(TICK_MS / 1000)
 
     def _used(self):
@@ -789,15 +803,26 @@ class BleManager:
             self._backoff(self.p_ci, now, True)
 
     def _up(self, s, now):
+        try:
+            link = BleLink(self, s)
+        except MemoryError:
+            # the connection cannot be served: drop it (the central retries)
+            self.stats["oom"] += 1
+            s.kill = True
+            return
         s.state = UP
         s.t_up = now if now != 0 else 1
-        link = BleLink(self, s)
         s.link = link
         s.flag = link.flag
         if s.ring.count():
             link.flag.set()
         self.stats["links_up"] += 1
-        self.on_link(link)
+        try:
+            self.on_link(link)
+        except MemoryError:
+            # nobody will serve it (no task): close it, the slot is freed
+            self.stats["oom"] += 1
+            link.close()
 
     def _radio(self, now):
         ble = self.ble

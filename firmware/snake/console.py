@@ -54,21 +54,25 @@ class ConsoleError(Exception):
     pass
 
 
+# Both loops walk bytes, not str: MicroPython interns every 1-character str
+# it makes (iterating or indexing a str), and a qstr made after boot can need
+# a new qstr pool the fragmented heap cannot give (stream.py, "Nothing new
+# after boot"); a console fed odd characters would also grow the pool forever.
 def _id_ok(s):
     if not s or len(s) > MAX_ID:
         return False
-    for ch in s:
-        if not (ch.isalpha() or ch.isdigit() or ch in "_.-"):
+    for c in s.encode():
+        if not (48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95 or c == 46 or c == 45):
             return False
     return True
 
 
 def _printable(s, n=32):
-    out = []
-    for ch in s[:n]:
-        o = ord(ch)
-        out.append(ch if 32 <= o < 127 else "?")
-    return "".join(out)
+    b = bytearray(s.encode()[:n])
+    for i in range(len(b)):
+        if not 32 <= b[i] < 127:
+            b[i] = 63      # "?"
+    return b.decode()
 
 
 def parse_request(line):

@@ -30,6 +30,7 @@ from snake.platform import ticks_ms, ticks_diff, copy_into
 from snake import crypto
 from snake.router import Router
 from snake import probe
+from snake import stream     # at boot, not at the first link (stream.py: nothing new after boot)
 
 TICK_MS = 100
 LINK_BLE = 4
@@ -323,7 +324,6 @@ class Node:
 
     def start_link(self, link):
         """Serve a connected link in its own task (handshake, frames)."""
-        from snake import stream
         return asyncio.create_task(stream.run(self, link))
 
     # ---- router outputs ---------------------------------------------

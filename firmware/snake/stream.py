@@ -16,11 +16,25 @@
 #      byte stream lost sync: the link is closed (counted as "framing");
 #   4. a writer task drains the port's bounded send queue onto the link.
 # On EOF, error or close: node.link_down(port, link), link.close().
+#
+# Nothing new after boot: this module is imported at boot (node.py, wifi.py),
+# not at the first link, and the asyncio parts that MicroPython loads lazily
+# on first use are resolved below. Loading a module interns its names as
+# qstrs, and a new qstr can need MicroPython's next qstr pool: one block of
+# 2x the last pool (1280 entries, ~14 KB on the 64-bit unix port) that a heap
+# fragmented by link traffic cannot give even with 140 KB free. From then on
+# every new qstr raised MemoryError ("allocating 1280 bytes": the count of
+# entries), killing the BLE manager at its next link and every console
+# request whose id held a digit not seen before (`make soak`, nodes silent
+# after a BLE link came up). At boot the heap is not fragmented yet.
 import asyncio
 
 from snake import wire
 from snake.platform import ticks_ms
 from snake.telemetry import D_OVERSIZE, D_MALFORMED
+
+_wait_for = asyncio.wait_for     # asyncio.funcs: the handshake deadline
+_Event = asyncio.Event           # asyncio.event: port send queues, BLE flags
 
 _MAGIC0, _MAGIC1, _MAGIC2, _MAGIC3 = 0x70, 0x69, 0x6E, 0x65   # "pine"
 
@@ -64,7 +78,7 @@ async def _exchange(node, link, mv):
 async def handshake(node, link, buf, mv):
     """Exchange handshakes; the peer's public key (bytes) or None (counted)."""
     try:
-        err = await asyncio.wait_for(_exchange(node, link, mv), node.hs_timeout_ms / 1000)
+        err = await _wait_for(_exchange(node, link, mv), node.hs_timeout_ms / 1000)
     except asyncio.TimeoutError:
         err = "timeout"
     if err is not None:

@@ -24,7 +24,7 @@
 #     refuses the second after its handshake.
 import asyncio
 
-from snake import platform
+from snake import platform, stream
 from snake.platform import ticks_ms, ticks_diff
 from snake.link import (TcpLink, LINK_MULTICAST, LINK_REMOTE, set_nodelay, peer_name, host_port,
                         open_tcp, close_stream)
@@ -177,7 +177,6 @@ class Wifi:
         raise err
 
     async def _accepted(self, reader, writer, link_type):
-        from snake import stream
         set_nodelay(writer)
         self.node.stat("accepts")
         try:
@@ -291,7 +290,6 @@ class Wifi:
             del self.seen[oldest]
 
     async def _dial_beacon(self, key, host, port):
-        from snake import stream
         node = self.node
         e = self.seen.get(key)
         retry = DIAL_RETRY_MS // 5
@@ -313,7 +311,6 @@ class Wifi:
 
     # ---- static peers -----------------------------------------------------
     async def _static(self, host, port):
-        from snake import stream
         node = self.node
         fails = 0
         known = None     # the key this address answered with last time
