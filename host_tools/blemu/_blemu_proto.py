@@ -56,26 +56,49 @@ def frame(op, body=b""):
 
 
 class Parser:
-    """Incremental splitter: feed() bytes, next() -> (op, body) or None."""
+    """Incremental splitter: feed() bytes, next() -> (op, body) or None.
 
-    def __init__(self):
-        self.buf = bytearray()
+    The bytes live in one buffer that is reused (grown only for a longer
+    message): inside an emulated node it shares the MicroPython heap with
+    the firmware, and copying the rest of the buffer for every message (a
+    new bytes object per message and per read) fragments a small heap in a
+    way the real, native stack does not."""
+
+    def __init__(self, size=2048):
+        self.buf = bytearray(size)
+        self.n = 0          # bytes held
+        self.pos = 0        # the next message starts here
 
     def feed(self, data):
-        self.buf.extend(data)
+        k = len(data)
+        if self.pos:
+            # move the unfinished message (if any) to the front
+            rest = self.n - self.pos
+            if rest:
+                self.buf[0:rest] = self.buf[self.pos:self.n]
+            self.pos = 0
+            self.n = rest
+        need = self.n + k
+        if need > len(self.buf):
+            nb = bytearray(max(need, 2 * len(self.buf)))
+            nb[0:self.n] = self.buf[0:self.n]
+            self.buf = nb
+        self.buf[self.n:need] = data
+        self.n = need
 
     def next(self):
         b = self.buf
-        if len(b) < 3:
+        p = self.pos
+        if self.n - p < 3:
             return None
-        n = (b[0] << 8) | b[1]
+        n = (b[p] << 8) | b[p + 1]
         if n < 1:
             raise ValueError("blemu: zero-length message")
-        if len(b) < 2 + n:
+        if self.n - p < 2 + n:
             return None
-        op = b[2]
-        body = bytes(b[3:2 + n])
-        self.buf = b[2 + n:]
+        op = b[p + 2]
+        body = bytes(memoryview(b)[p + 3:p + 2 + n])
+        self.pos = p + 2 + n       # last: a MemoryError above leaves the message in place
         return op, body
 
 

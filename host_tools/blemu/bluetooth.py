@@ -27,6 +27,7 @@
 #   advertising or connected.
 # - Events are delivered by an asyncio task that the radio starts itself
 #   (no threads), so the IRQ handler runs between other tasks' steps.
+import gc
 import sys
 import struct
 import socket
@@ -77,6 +78,10 @@ _ENOTCONN = 107
 _EALREADY = 114
 
 _DEFAULT_ATTR_LEN = 20
+_RX_CHUNK = 512          # bytes read from the medium at a time (one preallocated buffer)
+# the parser's buffer holds a read behind the longest unfinished message
+# (u16 length, op, irq, conn, handle, 524 bytes of a 527-byte MTU)
+_RX_HELD = _RX_CHUNK + 2 + 1 + 1 + 4 + 524
 _FIRST_USER_HANDLE = 10  # NimBLE puts the GAP (0x1800) and GATT (0x1801) services first
 
 
@@ -172,7 +177,11 @@ class Radio:
         self._active = False
         self._sock = None
         self._stream = None
-        self._parser = P.Parser()
+        self._parser = P.Parser(_RX_HELD)
+        # the receive path allocates nothing per read: inside an emulated
+        # node it shares the small MicroPython heap with the firmware
+        self._rx = bytearray(_RX_CHUNK)
+        self._rxmv = memoryview(self._rx)
         self._handler = None
         self._addr_type = 1
         self._addr = bytes(6)
@@ -190,7 +199,7 @@ class Radio:
         self._credits = self._txbuf
         self._pump_task = None
         self._pump_loop = None
-        self.stats = {"truncated": 0, "enomem": 0, "irq_errors": 0, "events": 0}
+        self.stats = {"truncated": 0, "enomem": 0, "irq_errors": 0, "events": 0, "oom": 0}
 
     # ------------------------------------------------------------ plumbing
     def _need_active(self):
@@ -262,7 +271,12 @@ class Radio:
         off = 0
         while off < len(data):
             try:
-                n = s.send(mv[off:])
+                n = s.send(mv[off:] if off else data)
+            except MemoryError:
+                # no heap for the view of the rest: a half-sent message
+                # must still be completed, or the medium loses sync
+                gc.collect()
+                continue
             except OSError as e:
                 if e.args and e.args[0] == _EAGAIN:
                     p = self._wpoll
@@ -292,32 +306,64 @@ class Radio:
             self._pump_task = loop.create_task(self._pump())
 
     async def _read(self):
+        """Read from the medium into the receive buffer: the count, 0 when
+        the medium closed the connection, None when nothing was there."""
+        mv = self._rxmv
         if _MP:
             if self._stream is None:
                 self._stream = asyncio.StreamReader(self._sock)
-            return await self._stream.read(4096)
-        return await asyncio.get_running_loop().sock_recv(self._sock, 65536)
+            return await self._stream.readinto(mv)
+        return await asyncio.get_running_loop().sock_recv_into(self._sock, mv)
+
+    def _next_event(self):
+        """Handle one complete message from the medium; False if none."""
+        m = self._parser.next()
+        if m is None:
+            return False
+        try:
+            self._on_msg(m[0], m[1])
+        except MemoryError:
+            # decoding it needs a little heap (tuples, views): make room
+            # and try once more (the IRQ handler had not run yet)
+            self.stats["oom"] += 1
+            gc.collect()
+            self._on_msg(m[0], m[1])
+        return True
 
     async def _pump(self):
         while self._sock is not None:
             try:
-                data = await self._read()
+                n = await self._read()
             except OSError:
-                data = b""
+                n = 0
+            except MemoryError:
+                # the node's heap is short right now; the bytes wait in the socket
+                self.stats["oom"] += 1
+                gc.collect()
+                await asyncio.sleep(0.01)
+                continue
             if self._sock is None:
                 break
-            if not data:
+            if n is None:
+                continue      # woken up without data
+            if not n:
                 print("blemu: the BLE medium closed the connection")
                 self._close_sock()
                 self._active = False
                 break
-            self._parser.feed(data)
+            self._parser.feed(self._rxmv[0:n])
             k = 0
             while True:
-                m = self._parser.next()
-                if m is None:
-                    break
-                self._on_msg(m[0], m[1])
+                try:
+                    if not self._next_event():
+                        break
+                except MemoryError:
+                    # still no heap: that event is lost (counted), like an
+                    # IRQ handler that raised on a board
+                    self.stats["oom"] += 1
+                    gc.collect()
+                    await asyncio.sleep(0.01)
+                    continue
                 k += 1
                 if k % 8 == 0:
                     # A real radio delivers at a bounded rate: let the tasks
@@ -358,11 +404,11 @@ class Radio:
             if v is None:
                 return
             payload = b[5:]
+            data = (h, vh)
             off = v.n if v.append else 0
             n = min(len(v.data), off + len(payload))
             v.data[off:n] = payload[:n - off]
             v.n = n
-            data = (h, vh)
         elif ev == P.IRQ_SCAN_RESULT:
             at = b[1]
             adv_type, rssi = struct.unpack(">Bb", b[8:10])
