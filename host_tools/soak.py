@@ -2,7 +2,10 @@
 MicroPython heap, with continuous pings and churn (a node killed with
 SIGKILL and restarted every minute), for 10 minutes. Passes when no node
 hits MemoryError, gc.mem_free() shows no downward trend, and every console
-still answers at the end. Writes the mem_free series to soak-out/.
+still answers at the end. Writes the mem_free series to soak-out/. The
+trend is judged per process (a restart is a new heap), after its two-minute
+warm-up, on the upper envelope of the samples (a single low sample is a
+frame in flight, not a leak); a node without such a window is not judged.
 
     python -m host_tools.soak [--minutes 10] [--heap 300K] [--out soak-out]
 
@@ -23,6 +26,33 @@ from host_tools.errors import CliError
 from host_tools.mesh import ProcessMesh
 
 TOPOLOGY = os.path.join(REPO_ROOT, "host_tools", "topologies", "demo-mixed.txt")
+
+
+WARMUP_S = 120     # tables filling, caches warming: also after a restart
+MIN_POINTS = 4     # samples (15 s apart) a trend is judged on
+
+
+def envelope(points):
+    """Each sample replaced by the largest of it and its two neighbours.
+    gc.mem_free() after a collect still counts what is alive at that moment
+    (a frame, a reply being built): one low sample is not a trend, while a
+    leak lowers every sample and so the envelope too."""
+    out = []
+    for i, (t, _) in enumerate(points):
+        out.append((t, max(y for _, y in points[max(0, i - 1):i + 2])))
+    return out
+
+
+def trend_windows(points, starts=None):
+    """The sample runs a trend is judged on: one per process of the node (a
+    restart is a new heap), each after its warm-up, when long enough."""
+    bounds = [0.0] + sorted(starts or []) + [float("inf")]
+    out = []
+    for a, b in zip(bounds, bounds[1:]):
+        w = [p for p in points if a + WARMUP_S <= p[0] < b]
+        if len(w) >= MIN_POINTS:
+            out.append(w)
+    return out
 
 
 def slope(points):
@@ -52,6 +82,7 @@ def main(argv=None):
     series = {}          # node -> [(t, mem_free)]
     pings = [0, 0]
     restarts = []
+    started = {}         # node -> [t of each restart]
     failures = []
     latency = []
     t_start = time.monotonic()
@@ -88,6 +119,7 @@ def main(argv=None):
                 time.sleep(2)
                 m.restart(victim)
                 restarts.append(victim)
+                started.setdefault(victim, []).append(round(time.monotonic() - t0, 1))
             a_, b_ = rnd.sample(m.names, 2)
             try:
                 r = m.ping(a_, b_, timeout=90)
@@ -106,16 +138,16 @@ def main(argv=None):
     memerr = [n for n in m.names
               if "MemoryError" in logs[n] or "out of memory" in logs[n]
               or "MemoryError" in open(os.path.join(a.out, "logs", n + ".stderr")).read()]
-    trends = {}
+    trends = {}          # node -> bytes/s (its worst process), or None: not judged (too short)
     for n, pts in series.items():
-        # trend after the first two minutes (tables filling, caches warming)
-        late = [p for p in pts if p[0] >= 120] or pts
-        trends[n] = slope(late)
+        slopes = [slope(envelope(w)) for w in trend_windows(pts, started.get(n))]
+        trends[n] = min(slopes) if slopes else None
     result = {
         "minutes": a.minutes, "heap": a.heap, "profile": a.profile,
         "pings": pings[0], "pings_ok": pings[1], "restarts": restarts,
         "memory_errors": memerr, "consoles_answering": answers,
-        "mem_free_slope_bytes_per_min": {n: round(s * 60, 1) for n, s in trends.items()},
+        "mem_free_slope_bytes_per_min": {n: (round(s * 60, 1) if s is not None else None)
+                                         for n, s in trends.items()},
         "mem_free_series": series, "failures": failures[:50],
         "wall_s": round(time.monotonic() - t_start, 1),
         "console_latency_s": {"max": round(max(latency), 2) if latency else None,
@@ -127,11 +159,13 @@ def main(argv=None):
         % (pings[1], pings[0], len(restarts), memerr or "none", sum(answers.values()), len(answers)))
     for n in sorted(trends):
         pts = series[n]
-        say("  %-8s mem_free first %s last %s min %s, slope %+.1f B/min"
-            % (n, pts[0][1], pts[-1][1], min(p[1] for p in pts), trends[n] * 60))
+        say("  %-8s mem_free first %s last %s min %s, slope %s"
+            % (n, pts[0][1], pts[-1][1], min(p[1] for p in pts),
+               "%+.1f B/min" % (trends[n] * 60) if trends[n] is not None
+               else "not judged (no process with %d samples after %d s of warm-up)" % (MIN_POINTS, WARMUP_S)))
     # "no downward trend": a leak would lose memory steadily; allow noise of
     # 1 KB/min (a 10-minute run then loses < 10 KB)
-    leaking = [n for n, s in trends.items() if s * 60 < -1024]
+    leaking = [n for n, s in trends.items() if s is not None and s * 60 < -1024]
     ok = not memerr and all(answers.values()) and not leaking and pings[0] > 0
     say("soak %s (%s)" % ("PASSED" if ok else "FAILED", os.path.join(a.out, "soak.json")))
     return 0 if ok else 1

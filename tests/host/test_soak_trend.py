@@ -1,0 +1,26 @@
+"""host_tools.soak judges the mem_free trend per process, after its warm-up,
+on the upper envelope of the samples: a leak of 1.2 KB/min is caught, a
+single low sample (a frame alive at the moment of the collect) and a restart
+(a new heap with another baseline) are not taken for one."""
+from host_tools import soak
+
+
+def judged(points, starts=None):
+    return [round(soak.slope(soak.envelope(w)) * 60) for w in soak.trend_windows(points, starts)]
+
+
+def test_leak_is_caught_and_dips_are_not_a_trend():
+    leak = [(i * 15.0, 130000 - 300 * i - (1216 if i % 4 == 1 else 0)) for i in range(40)]
+    (s,) = judged(leak)
+    assert -1250 < s < -1150
+    flat = [(i * 15.0, 130000 - (1216 if i in (30, 39) else 0)) for i in range(40)]
+    assert judged(flat) == [0]
+
+
+def test_a_restart_starts_a_new_window_after_its_warm_up():
+    # 130 KB free before the restart at 300 s, 120 KB after: not a leak
+    pts = [(i * 15.0, 130000 if i * 15.0 < 300 else 120000) for i in range(40)]
+    assert judged(pts, [300.0]) == [0, 0]
+    # restarted too late to judge the new process: only the first one counts
+    assert len(soak.trend_windows(pts, [540.0])) == 1
+    assert soak.trend_windows(pts[:8]) == []
