@@ -13,7 +13,8 @@ from snake import platform
 from snake.platform import ticks_diff, copy_into
 from snake.tables import Table, key_eq_at
 from snake.tree import Tree
-from snake.snek import Snake, worse, FULL_KEY, BOOTSTRAP_INTERVAL_MS, MAINTAIN_INTERVAL_MS
+from snake.snek import (Snake, worse, FULL_KEY, BOOTSTRAP_INTERVAL_MS, BOOTSTRAP_SOON_MS,
+                        BOOTSTRAP_RAMP_MS, MAINTAIN_INTERVAL_MS)
 from snake.telemetry import (Counters, D_MALFORMED, D_OVERSIZE, D_UNKNOWN_PORT,
                              D_UNKNOWN_TYPE, D_HOP_LIMIT, D_LOOP, D_WATERMARK, D_NO_ROUTE,
                              D_QUEUE_FULL, D_BAD_SIGNATURE, D_WAKEUP_ROOT, D_WAKEUP_DUP,
@@ -85,6 +86,7 @@ class Router:
         self.snake.last_maintain = now
         self.last_wakeup = now
         self.bootstrap_soon = False
+        self.bs_ramp = len(BOOTSTRAP_RAMP_MS)   # index into the ramp; at its end: 5 s
         # outputs: set by the runtime / simulator / tests
         self.tx = _no_tx
         self.deliver = None
@@ -250,6 +252,30 @@ class Router:
         self.tree.handle(port, buf, n, f, now)
         self._tree_changed(now)
 
+    def snake_changed(self):
+        """Our neighbourhood in the snake has changed: the root, its
+        sequence or our parent changed (every descending entry and route
+        set up under the old tree is being replaced), or our descending
+        entry was set to another key or lost. Bootstrap soon - as the
+        reference does at these points (_bootstrapSoon on a new parent and
+        in _setDescendingNode) - and then, a snakemesh choice, at the
+        BOOTSTRAP_RAMP_MS intervals before falling back to every 5 s.
+
+        Why the ramp: after such a change the snake is rebuilt in rounds. A
+        bootstrap only reaches its true successor once the keys between
+        have installed routes along its path, and those routes come from
+        other nodes' bootstraps, so one wrong entry is fixed only after a
+        chain of other nodes' next bootstraps. At one round per 5 s a
+        rebuild took 20-50 s on a 50-node tree (every crash or flap there
+        re-roots whole subtrees twice); with the ramp the rounds come at
+        1-4 s while the change is fresh. It changes when we send our own
+        bootstraps only (each still signed, with a higher sequence), so
+        peers running the reference see nothing unusual; in steady state
+        only the root's 30-minute sequence refresh triggers it (a wakeup
+        still asks for one bootstrap soon, without the ramp)."""
+        self.bootstrap_soon = True
+        self.bs_ramp = 0
+
     def _tree_changed(self, now):
         tree = self.tree
         root = tree.root_key()
@@ -260,14 +286,14 @@ class Router:
             self.last_root_seq = rseq
             self.ccache.clear()  # coordinates are only valid under one root
             self.event("root_changed", root)
-            self.bootstrap_soon = True
+            self.snake_changed()
         elif rseq != self.last_root_seq:
             self.last_root_seq = rseq
-            self.bootstrap_soon = True
+            self.snake_changed()
         if tree.parent != self.last_parent:
             self.last_parent = tree.parent
             self.event("parent_changed", self.port_key[tree.parent] if tree.parent else None)
-            self.bootstrap_soon = True
+            self.snake_changed()
         tree.changed = False
 
     # ---- traffic --------------------------------------------------------
@@ -482,8 +508,15 @@ class Router:
         if ticks_diff(now, sn.last_maintain) >= MAINTAIN_INTERVAL_MS:
             sn.last_maintain = now
             sn.maintain(now)
-        if ticks_diff(now, sn.last_bootstrap) >= BOOTSTRAP_INTERVAL_MS or (
-                self.bootstrap_soon and ticks_diff(now, sn.last_bootstrap) >= 500):
+        since = ticks_diff(now, sn.last_bootstrap)
+        ramp = self.bs_ramp
+        if ramp < len(BOOTSTRAP_RAMP_MS):
+            interval = BOOTSTRAP_RAMP_MS[ramp]
+        else:
+            interval = BOOTSTRAP_INTERVAL_MS
+        if since >= interval or (self.bootstrap_soon and since >= BOOTSTRAP_SOON_MS):
+            if not self.bootstrap_soon and ramp < len(BOOTSTRAP_RAMP_MS):
+                self.bs_ramp = ramp + 1
             sn.last_bootstrap = now
             self.bootstrap_soon = False
             nh = sn.originate_bootstrap(self.buf, now)

@@ -12,6 +12,11 @@ from snake.telemetry import (D_BOOTSTRAP_ROOT, D_BOOTSTRAP_REPLAY, D_BOOTSTRAP_S
                              D_BAD_SIGNATURE, D_ROUTE_TABLE_FULL, D_LOOP, D_WATERMARK)
 
 BOOTSTRAP_INTERVAL_MS = 5000
+BOOTSTRAP_SOON_MS = 500          # earliest "bootstrap soon" after the last one
+# After a change of our place in the snake (root, root sequence, parent or
+# descending entry) the next bootstraps follow at these intervals before the
+# regular 5 s (a snakemesh choice, see Router.snake_changed).
+BOOTSTRAP_RAMP_MS = (1000, 1000, 2000, 2000, 3000, 4000)
 MAINTAIN_INTERVAL_MS = 1000
 ROUTE_EXPIRY_MS = 10000
 DESC_EXPIRY_MS = 10000
@@ -319,6 +324,7 @@ class Snake:
         self.desc_seq = seq
         self.desc_valid = True
         if changed:
+            self.r.snake_changed()
             self.r.event("desc_changed", bkey)
 
     def originate_bootstrap(self, buf, now):
@@ -349,9 +355,11 @@ class Snake:
         if self.desc_valid:
             if ticks_diff(now, self.desc_last) >= DESC_EXPIRY_MS:
                 self.desc_valid = False
+                self.r.snake_changed()
                 self.r.event("desc_changed", None)
             elif self.desc_root != tree.root_key() or self.desc_root_seq != tree.root_seq():
                 self.desc_valid = False
+                self.r.snake_changed()
                 self.r.event("desc_changed", None)
         t = self.routes
         i = 0
@@ -369,5 +377,6 @@ class Snake:
             i += 1
         if self.desc_valid and self.desc_port == port:
             self.desc_valid = False
+            self.r.snake_changed()
             self.r.event("desc_changed", None)
 

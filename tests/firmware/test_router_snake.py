@@ -5,7 +5,7 @@ from snake import wire
 from snake.crypto import verify
 from snake.telemetry import (D_BOOTSTRAP_ROOT, D_BOOTSTRAP_REPLAY, D_BAD_SIGNATURE, D_LOOP,
                              D_WATERMARK, D_ROUTE_TABLE_FULL)
-from routertest import Node, signer, keys_sorted, announcement, bootstrap, decode
+from routertest import Node, signer, keys_sorted, announcement, bootstrap, decode, wakeup
 
 B_ = wire.T_BOOTSTRAP
 IDS = list(range(21, 31))
@@ -337,9 +337,26 @@ def test_port_down_drops_routes_and_descending_through_it():
 
 
 # ---- origination and policy ------------------------------------------------
-def test_bootstrap_every_5_seconds_from_non_root_signed_with_increasing_sequence():
+def bootstrap_times(n, ports, t0, t1, step=100):
+    """Tick n every `step` ms from t0 to t1 (keepalives on `ports` keep the
+    peers alive); the times at which it originated a bootstrap."""
+    out = []
+    t = t0
+    while t <= t1:
+        keepalive(n, ports, t)
+        before = len(n.frames(B_))
+        n.r.tick(t)
+        if len(n.frames(B_)) > before:
+            out.append(t)
+        t += step
+    return out
+
+
+def test_bootstrap_soon_then_ramp_then_every_5_seconds_signed_with_increasing_sequence():
     n = setup()
-    # joining a tree triggers one bootstrap soon (>= 500 ms after the last)
+    # joining a tree (parent and root changed) triggers one bootstrap soon
+    # (>= 500 ms after the last), then the ramp (1, 1, 2, 2, 3, 4 s: a
+    # snakemesh choice, Router.snake_changed), then every 5 s
     keepalive(n, [1], 499)
     n.r.tick(499)
     assert n.frames(B_) == []
@@ -354,15 +371,87 @@ def test_bootstrap_every_5_seconds_from_non_root_signed_with_increasing_sequence
     assert bytes(fr[f.root_off:f.root_off + 32]) == pub(9) and f.root_seq == 1
     assert verify(n.key, bytes(fr[f.signed_off:f.signed_off + f.signed_len]),
                   bytes(fr[f.sig_off:f.sig_off + 64]))
-    seq1 = f.seq
-    # then every 5 s
-    keepalive(n, [1], 5599)
-    n.r.tick(5599)
-    assert len(n.frames(B_, 1)) == 1
-    keepalive(n, [1], 5600)
-    n.r.tick(5600)
-    out = n.frames(B_, 1)
-    assert len(out) == 2 and decode(out[1][1]).seq > seq1
+    times = [600] + bootstrap_times(n, [1], 700, 34000)
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert gaps == [1000, 1000, 2000, 2000, 3000, 4000, 5000, 5000, 5000, 5000], gaps
+    seqs = [decode(fr).seq for _, fr in n.frames(B_, 1)]
+    assert len(seqs) == len(times)
+    for a, b in zip(seqs, seqs[1:]):
+        assert b > a
+
+
+def test_steady_state_bootstraps_every_5_seconds_and_a_wakeup_adds_no_ramp():
+    n = setup()
+    bootstrap_times(n, [1], 100, 20000)          # the ramp after joining is over
+    times = bootstrap_times(n, [1], 20100, 40000)
+    assert [b - a for a, b in zip(times, times[1:])] == [5000, 5000, 5000]
+    # a wakeup from another node: one bootstrap soon (as before), no ramp
+    t = times[-1] + 1000
+    n.rx(1, wakeup(K[0], 5000, K[9], 1), t)
+    later = bootstrap_times(n, [1], t + 100, t + 12000)
+    assert later[0] == t + 100 and later[1] - later[0] == 5000
+
+
+def test_descending_change_triggers_bootstrap_soon_and_the_ramp():
+    # Regression (tests/host/test_faults_sim.py on rtree-0050): the reference
+    # bootstraps soon when its descending entry changes (_setDescendingNode);
+    # snakemesh did not, and after a crash or flap rebuilt the snake one 5 s
+    # round at a time (20-50 s on a 50-node tree).
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    n.r.port_up(3, pub(3), 1, 2)
+    times = bootstrap_times(n, [1, 2, 3], 100, 30000)
+    assert times[-1] - times[-2] == 5000         # steady: every 5 s
+    # a first descending entry, 1 s into a 5 s period
+    t = times[-1] + 1000
+    rx_bootstrap(n, 2, 2, 1000, t=t)
+    assert n.r.desc_key() == pub(2)
+    got = bootstrap_times(n, [1, 2, 3], t + 100, t + 6000)
+    assert got == [t + 100, t + 1100, t + 2100, t + 4100], got
+    # a closer key replaces it 200 ms after a bootstrap: soon (>= 500 ms
+    # after that bootstrap), then the ramp from its start
+    t = got[-1] + 200
+    rx_bootstrap(n, 3, 3, 1001, t=t)
+    assert n.r.desc_key() == pub(3)
+    got = bootstrap_times(n, [1, 2, 3], t + 100, t + 2500)
+    assert got == [t + 300, t + 1300, t + 2300], got
+    # a refresh from the same descending node changes nothing: the ramp
+    # goes on (next one 2 s after the last)
+    t = got[-1] + 300
+    rx_bootstrap(n, 3, 3, 1002, t=t)
+    got = bootstrap_times(n, [1, 2, 3], t + 100, t + 2000)
+    assert got == [t + 1700], got
+
+
+def test_losing_the_descending_entry_triggers_bootstrap_soon():
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    bootstrap_times(n, [1, 2], 100, 30000)
+    rx_bootstrap(n, 2, 2, 1000, t=30050)
+    # no refresh: the entry expires 10 s later; the next bootstrap follows
+    # at once instead of at the end of the 5 s period
+    t = 30100
+    lost = None
+    times = []
+    while t <= 46000:
+        keepalive(n, [1, 2], t)
+        before = len(n.frames(B_))
+        n.r.tick(t)
+        if len(n.frames(B_)) > before:
+            times.append(t)
+        if lost is None and n.r.desc_key() is None:
+            lost = t
+        t += 100
+    assert lost is not None and 40050 <= lost <= 41100
+    assert lost in times and times[times.index(lost) + 1] - lost == 1000
+    # through its port going down (the ramp after the new entry would
+    # bootstrap 2 s after the last one; the loss brings it forward)
+    rx_bootstrap(n, 2, 2, 1001, t=t)
+    assert n.r.desc_key() == pub(2)
+    assert bootstrap_times(n, [1, 2], t + 100, t + 3000) == [t + 100, t + 1100, t + 2100]
+    n.r.port_down(2, t + 3050)
+    assert n.r.desc_key() is None
+    assert bootstrap_times(n, [1], t + 3100, t + 4000) == [t + 3100]
 
 
 def test_root_does_not_bootstrap():
