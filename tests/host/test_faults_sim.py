@@ -2,8 +2,10 @@
 a 50-node topology with crashes, restarts, link flaps and a partition, and
 continuous pings between random pairs.
 
-Topology grid4-0049 by default (SNAKEMESH_FAULT_TOPOLOGY picks another
-file of host_tools/topologies, SNAKEMESH_FAULT_MINUTES the length).
+Runs on grid4-0049 (7x7 grid, redundant paths) and rtree-0050 (random
+tree: every crash or flap there partitions the mesh and re-roots whole
+subtrees); SNAKEMESH_FAULT_TOPOLOGY picks one file of
+host_tools/topologies instead, SNAKEMESH_FAULT_MINUTES the length.
 Schedule (minute k = 0..9, t0 = start of the minute):
   t0 + 0 s    5 random running nodes (10 %) crash; neighbours notice only
               through their own 5 s dead-peer timer (crash_detect_ms=None)
@@ -25,12 +27,15 @@ import os
 import random
 import time
 
+import pytest
+
 import host_tools
 from host_tools.sim.harness import Mesh
 
 TOPO_DIR = os.path.join(host_tools.REPO_ROOT, "host_tools", "topologies")
 MINUTES = int(os.environ.get("SNAKEMESH_FAULT_MINUTES", "10"))
-TOPOLOGY = os.environ.get("SNAKEMESH_FAULT_TOPOLOGY", "grid4-0049.txt")
+TOPOLOGIES = ([os.environ["SNAKEMESH_FAULT_TOPOLOGY"]] if os.environ.get("SNAKEMESH_FAULT_TOPOLOGY")
+              else ["grid4-0049.txt", "rtree-0050.txt"])
 WINDOW_S = 15.0
 PING_EVERY_S = 0.05
 PROBE_TIMEOUT_S = 2.0
@@ -172,8 +177,8 @@ def tally(events, probes):
     return out
 
 
-def test_delivery_under_crashes_flaps_and_a_partition():
-    topology = TOPOLOGY
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_delivery_under_crashes_flaps_and_a_partition(topology):
     m, events, probes, counts, wall = run_faults(topology, 41, MINUTES)
     s = tally(events, probes)
     ratio = s["ok"] / s["counted"] if s["counted"] else 0.0
