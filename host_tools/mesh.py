@@ -21,14 +21,13 @@ node's console output that was not protocol).
 import binascii
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 from host_tools.errors import CliError, InputError
-from host_tools.nodeproc import NodeProcess
+from host_tools.nodeproc import NodeProcess, free_port
 from host_tools.sim.keys import node_seed
 
 LINK_NAMES = ("wifi", "ble", "remote")
@@ -74,14 +73,6 @@ def parse_topology(path):
     if len(names) < 2:
         raise InputError("topology %s has fewer than two nodes" % path)
     return names, edges
-
-
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class ProcessMesh(object):
@@ -149,7 +140,7 @@ class ProcessMesh(object):
                     f.write("%s %s @ble\n" % (a, b))
                     ble_nodes.update((a, b))
             self._start_medium(topo)
-        listen = {n: ("127.0.0.1", _free_port()) for n in self.names}
+        listen = {n: ("127.0.0.1", free_port()) for n in self.names}
         index = {n: i for i, n in enumerate(self.names)}
         connect = {n: [] for n in self.names}
         for a, b, link in self.edges:

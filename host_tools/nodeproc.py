@@ -59,6 +59,16 @@ def mpy_cross_binary():
     return shutil.which("mpy-cross")
 
 
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on right now (the OS
+    picks it; a node or test binds it next)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
 def build_mpy(out_dir):
     """Compile firmware/snake and lib/ to .mpy under out_dir (as a board
     gets them from `snakemesh deploy`); copies main.py. Returns out_dir."""

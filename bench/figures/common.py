@@ -74,10 +74,11 @@ def micropython():
     return shutil.which("micropython")
 
 
-def run_mp(args, heap=None, timeout=600, cwd=None):
-    """Run a script under micropython; return its last stdout line parsed as
-    JSON. Raises NotAvailable without micropython, RuntimeError when the
-    script fails (with the tail of its output)."""
+def run_mp(args, heap=None, timeout=600, cwd=None, env=None):
+    """Run a script under micropython (environment `env`, default ours);
+    return its last stdout line parsed as JSON. Raises NotAvailable without
+    micropython, RuntimeError when the script fails (with the tail of its
+    output)."""
     mp = micropython()
     if mp is None:
         raise NotAvailable("micropython (unix port) not found; run `make setup`")
@@ -85,7 +86,8 @@ def run_mp(args, heap=None, timeout=600, cwd=None):
     if heap:
         cmd += ["-X", "heapsize=%s" % heap]
     cmd += list(args)
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT,
+                         env=env)
     lines = [l for l in out.stdout.strip().splitlines() if l.strip()]
     if out.returncode != 0 or not lines:
         tail = (out.stderr or out.stdout or "").strip().splitlines()[-3:]

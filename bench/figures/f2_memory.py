@@ -27,7 +27,6 @@
     code in the heap (frozen modules or ROMFS keep it in flash instead).
 """
 import os
-import socket
 import tempfile
 import time
 
@@ -63,14 +62,6 @@ def state(ctx):
                 v is not None and v <= TARGET_STATE, note)]
 
 
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 def node_runtime():
     """(NodeProcess, build_mpy) or raise NotAvailable."""
     if not os.path.exists(os.path.join(ROOT, "firmware", "main.py")) or \
@@ -88,7 +79,8 @@ def node_runtime():
 
 def start_triangle(NodeProcess, mpy_dir, heap, profile, seeds):
     """Three nodes peered in a triangle over loopback; returns the list."""
-    ports = [_free_port() for _ in range(3)]
+    from host_tools.nodeproc import free_port
+    ports = [free_port() for _ in range(3)]
     nodes = []
     try:
         for i in range(3):
@@ -124,20 +116,13 @@ def code_heap(ctx, mpy_dir):
     env["MICROPYPATH"] = ".frozen:%s:%s" % (mpy_dir, os.path.join(mpy_dir, "lib"))
     vals = []
     last = None
-    old = os.environ.get("MICROPYPATH")
     try:
-        os.environ["MICROPYPATH"] = env["MICROPYPATH"]
         for i in range(3):
-            last = run_mp([os.path.join(FIGS, "mp_code_heap.py")])
+            last = run_mp([os.path.join(FIGS, "mp_code_heap.py")], env=env)
             vals.append(last["code_heap"])
     except (RuntimeError, NotAvailable) as e:
         return row("2c firmware code in the heap (.mpy imports)", None, "B", "report", None,
                    "not measured: %s" % e)
-    finally:
-        if old is None:
-            os.environ.pop("MICROPYPATH", None)
-        else:
-            os.environ["MICROPYPATH"] = old
     v = median(vals)
     ctx.shared.setdefault("f2", {})["code"] = last
     state = (ctx.shared.get("f2", {}).get("state") or {}).get("heap_full")

@@ -31,14 +31,6 @@ PAYLOAD = 200
 BLOCK = 64            # frames per sender write
 
 
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 class Counter(object):
     """Counts traffic frames in a byte stream; answers announcements (as a
     child of the node) and sends keepalives when `peer` is set."""
@@ -189,7 +181,8 @@ async def run_baseline(warm, window, frame):
         writer.close()
     server = await asyncio.start_server(on_recv, "127.0.0.1", 0)
     rport = server.sockets[0].getsockname()[1]
-    lport = _free_port()
+    from host_tools.nodeproc import free_port
+    lport = free_port()
     proc = await asyncio.create_subprocess_exec(
         mp, os.path.join(FIGS, "baseline_forwarder.py"), str(lport), "127.0.0.1", str(rport),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -215,7 +208,8 @@ async def run_baseline(warm, window, frame):
 
 
 async def run_relay(NodeProcess, warm, window, profile):
-    lport = _free_port()
+    from host_tools.nodeproc import free_port
+    lport = free_port()
     node = NodeProcess(seed=b"\x5e" * 32, listen=("127.0.0.1", lport), multicast=False, profile=profile)
     await asyncio.get_running_loop().run_in_executor(None, node.start)
     recv = Peer(b"\x52" * 32)

@@ -22,18 +22,9 @@ sys.path.insert(0, ROOT + "/firmware")
 import calib                      # noqa: E402
 from snake import crypto          # noqa: E402
 
-try:
-    import time
-    _us = time.ticks_us
-    _diff = time.ticks_diff
-except AttributeError:
-    import time
-
-    def _us():
-        return time.perf_counter_ns() // 1000
-
-    def _diff(a, b):
-        return a - b
+# the calibration's microsecond clock (MicroPython ticks or perf_counter)
+_us = calib._us
+_diff = calib._diff
 
 
 def main():

@@ -14,7 +14,6 @@ linked only by the emulated BLE medium.
 import hashlib
 import json
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -24,21 +23,13 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from blemu_harness import Medium, MICROPYTHON  # noqa: E402
 
-from host_tools.nodeproc import NodeProcess  # noqa: E402
+from host_tools.nodeproc import NodeProcess, free_port  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not os.path.exists(MICROPYTHON), reason="micropython binary missing")
 
 
 def seed_of(name):
     return hashlib.sha256(b"ble-mesh-test:" + name.encode()).digest()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class Mesh:

@@ -36,7 +36,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from blemu_harness import Medium, MICROPYTHON  # noqa: E402
 
-from host_tools.nodeproc import NodeProcess, build_mpy  # noqa: E402
+from host_tools.nodeproc import NodeProcess, build_mpy, free_port  # noqa: E402
 
 ENTRY = r'''
 import sys, os, micropython, asyncio
@@ -87,13 +87,6 @@ def seed_of(name):
     return hashlib.sha256(b"heap-after-boot:" + name.encode()).digest()
 
 
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 _ids = [0]

@@ -11,28 +11,19 @@ uses it to fill a node's tables.
 """
 import asyncio
 import os
-import socket
 import struct
 import time
 
 import pytest
 
 import host_tools  # noqa: F401  (firmware/ and lib/ on sys.path)
-from host_tools.nodeproc import NodeProcess, micropython_binary
+from host_tools.nodeproc import NodeProcess, free_port, micropython_binary
 from snake import wire
 from snake.crypto import Signer, verify
 
 pytestmark = pytest.mark.skipif(micropython_binary() is None, reason="micropython binary missing")
 
 FULL_KEY = b"\xff" * 32
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class FakePeer(object):

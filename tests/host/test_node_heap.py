@@ -28,11 +28,11 @@ import time
 
 import pytest
 
-from host_tools.nodeproc import NodeProcess, build_mpy, micropython_binary
+from host_tools.nodeproc import NodeProcess, build_mpy, free_port, micropython_binary
 from snake.crypto import Signer
 from snake import probe
 
-from test_node_fakepeer import FakePeer, free_port
+from test_node_fakepeer import FakePeer
 from test_node_mesh import Netns
 
 pytestmark = pytest.mark.skipif(micropython_binary() is None, reason="micropython binary missing")

@@ -12,23 +12,14 @@ root): if that is unavailable the multicast test fails with a clear message.
 """
 import os
 import shutil
-import socket
 import subprocess
 import time
 
 import pytest
 
-from host_tools.nodeproc import NodeProcess, micropython_binary, _pdeathsig
+from host_tools.nodeproc import NodeProcess, free_port, micropython_binary, _pdeathsig
 
 pytestmark = pytest.mark.skipif(micropython_binary() is None, reason="micropython binary missing")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class Netns(object):
