@@ -9,7 +9,7 @@ MICROPYTHON := $(VENV)/bin/micropython
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: all setup test test-fast demo bench soak firmware-image mpy clean help
+.PHONY: all setup test test-fast demo bench soak firmware-image mpy clean help mp32 mp32-frozen mp32-stock mp32-deps
 
 all: help
 
@@ -19,6 +19,9 @@ help:
 	@echo "make bench   - benchmarks (speed, memory, protocol cost) -> bench/results.json"
 	@echo "make soak    - long-running 8-node mesh under a 110K heap"
 	@echo "make firmware-image BOARD=ESP32_GENERIC - custom image with frozen modules (needs ESP-IDF)"
+	@echo "make mp32    - 32-bit MicroPython $(MICROPY_VERSION) unix ports (an ESP32's word size):"
+	@echo "               $(MP32_FROZEN) (firmware frozen by boards/ESP32_GENERIC/manifest.py)"
+	@echo "               $(MP32_STOCK) (stock-like: only asyncio frozen, firmware as .mpy)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +31,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) mp32
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP)
@@ -51,6 +54,64 @@ firmware-image:
 	  echo "Without it, flash stock MicroPython and use 'snakemesh deploy'."; exit 2; fi
 	SNAKEMESH_ROOT=$(CURDIR) $(MAKE) -C $$MICROPY_DIR/ports/esp32 BOARD=$${BOARD:-ESP32_GENERIC} \
 	  FROZEN_MANIFEST=$(CURDIR)/boards/$${BOARD:-ESP32_GENERIC}/manifest.py
+
+# ---- 32-bit MicroPython unix ports: the ESP32's interpreter on this host ----
+# Built from the pinned source archive (MICROPY_SRC; a clean clone finds it
+# in ../shared/vendor, a git worktree in ../../shared/vendor), cached under
+# build/mp32. Two variants (README "Memory"):
+#   $(MP32_FROZEN)  the firmware frozen in through the SAME manifest that
+#                   `make firmware-image` gives ESP-IDF (boards/ESP32_GENERIC);
+#                   rebuilt whenever firmware/, lib/ or the manifest change
+#   $(MP32_STOCK)   stock-like: only asyncio frozen, as on stock board
+#                   firmware; the node's code is imported as .mpy
+# Run a node on one: snakemesh node --micropython build/mp32/micropython-frozen
+MICROPY_VERSION := 1.28.0
+MICROPY_ARCHIVE := micropython-$(MICROPY_VERSION)-unix-src.tar.gz
+MICROPY_SRC ?= $(firstword $(wildcard $(CURDIR)/../shared/vendor/$(MICROPY_ARCHIVE) \
+                 $(CURDIR)/../../shared/vendor/$(MICROPY_ARCHIVE)) $(CURDIR)/../shared/vendor/$(MICROPY_ARCHIVE))
+MP32_DIR := build/mp32
+MP32_TREE := $(MP32_DIR)/micropython-$(MICROPY_VERSION)
+MP32_FROZEN := $(MP32_DIR)/micropython-frozen
+MP32_STOCK := $(MP32_DIR)/micropython-stock
+MP32_MPY_CROSS := $(MP32_TREE)/mpy-cross/build/mpy-cross
+MP32_FLAGS := VARIANT=standard MICROPY_FORCE_32BIT=1 MICROPY_PY_FFI=0 MICROPY_PY_BTREE=0 \
+              MICROPY_PY_SSL=0 MICROPY_SSL_MBEDTLS=0 CFLAGS_EXTRA=-DMICROPY_PY_CRYPTOLIB=0
+MP32_JOBS ?= -j2
+FW_SOURCES := $(wildcard firmware/*.py firmware/snake/*.py lib/*.py) boards/ESP32_GENERIC/manifest.py
+
+mp32: mp32-frozen mp32-stock
+mp32-frozen: $(MP32_FROZEN)
+mp32-stock: $(MP32_STOCK)
+
+# gcc-multilib (Debian) gives gcc -m32 its headers and libraries
+mp32-deps:
+	@echo 'int main(void){return 0;}' | $(CC) -m32 -x c - -o /dev/null 2>/dev/null || { \
+	  echo "mp32: installing gcc-multilib (32-bit build of MicroPython)"; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq gcc-multilib >/dev/null; }
+
+$(MP32_TREE)/.unpacked:
+	@test -f "$(MICROPY_SRC)" || { echo "mp32: MicroPython source archive not found: $(MICROPY_SRC) (set MICROPY_SRC=/path/to/$(MICROPY_ARCHIVE))"; exit 2; }
+	mkdir -p $(MP32_DIR)
+	tar xzf "$(MICROPY_SRC)" -C $(MP32_DIR)
+	@touch $@
+
+$(MP32_MPY_CROSS): $(MP32_TREE)/.unpacked
+	$(MAKE) -s -C $(MP32_TREE)/mpy-cross $(MP32_JOBS)
+
+$(MP32_DIR)/stock-manifest.py:
+	mkdir -p $(MP32_DIR)
+	echo 'include("$$(MPY_DIR)/extmod/asyncio")' > $@
+
+$(MP32_FROZEN): $(MP32_MPY_CROSS) $(FW_SOURCES) | mp32-deps
+	SNAKEMESH_ROOT=$(CURDIR) SNAKEMESH_PORT=unix $(MAKE) -s -C $(MP32_TREE)/ports/unix BUILD=build-32f \
+	  $(MP32_FLAGS) FROZEN_MANIFEST=$(CURDIR)/boards/ESP32_GENERIC/manifest.py $(MP32_JOBS)
+	cp $(MP32_TREE)/ports/unix/build-32f/micropython $@
+
+$(MP32_STOCK): $(MP32_MPY_CROSS) $(MP32_DIR)/stock-manifest.py | mp32-deps
+	$(MAKE) -s -C $(MP32_TREE)/ports/unix BUILD=build-32s \
+	  $(MP32_FLAGS) FROZEN_MANIFEST=$(CURDIR)/$(MP32_DIR)/stock-manifest.py $(MP32_JOBS)
+	cp $(MP32_TREE)/ports/unix/build-32s/micropython $@
 
 clean:
 	rm -rf build out demo-out bench/results.json .pytest_cache

@@ -3,11 +3,19 @@
 #   make firmware-image BOARD=ESP32_GENERIC_S3   (with IDF_PATH and MICROPY_DIR set)
 # The port's stock manifest (asyncio, ...) stays; snakemesh is frozen on top,
 # so its bytecode runs from flash instead of taking heap.
+#
+# The same file builds the 32-bit unix-port emulator of this board's
+# interpreter (`make mp32-frozen`, SNAKEMESH_PORT=unix): that port has no
+# boards/manifest.py, so asyncio (what the ESP32 port's manifest freezes that
+# the node uses) is included explicitly instead.
 import os
 
 _ROOT = os.environ["SNAKEMESH_ROOT"]  # set by the Makefile: the checkout
 
-include("$(PORT_DIR)/boards/manifest.py")
+if os.environ.get("SNAKEMESH_PORT") == "unix":
+    include("$(MPY_DIR)/extmod/asyncio")
+else:
+    include("$(PORT_DIR)/boards/manifest.py")
 package("snake", base_path=_ROOT + "/firmware")
 module("sha512.py", base_path=_ROOT + "/lib")
 module("ed25519.py", base_path=_ROOT + "/lib")
