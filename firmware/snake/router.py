@@ -15,8 +15,8 @@ from snake.tables import Table, key_eq_at
 from snake.tree import Tree
 from snake.snek import (Snake, worse, FULL_KEY, BOOTSTRAP_INTERVAL_MS, BOOTSTRAP_SOON_MS,
                         BOOTSTRAP_RAMP_MS, MAINTAIN_INTERVAL_MS)
-from snake.telemetry import (Counters, D_MALFORMED, D_OVERSIZE, D_UNKNOWN_PORT,
-                             D_UNKNOWN_TYPE, D_HOP_LIMIT, D_LOOP, D_WATERMARK, D_NO_ROUTE,
+from snake.telemetry import (Counters, LINK_NAMES, BYTES_CARRY, D_MALFORMED, D_OVERSIZE,
+                             D_UNKNOWN_PORT, D_UNKNOWN_TYPE, D_HOP_LIMIT, D_LOOP, D_WATERMARK, D_NO_ROUTE,
                              D_QUEUE_FULL, D_BAD_SIGNATURE, D_WAKEUP_ROOT, D_WAKEUP_DUP,
                              D_WAKEUP_HOP_LIMIT, D_SANITY, D_TOO_DEEP, D_NO_MEMORY)
 
@@ -29,7 +29,6 @@ WAKEUP_INTERVAL_MS = 60000   # flood our own wakeup every 60 s
 WAKEUP_MIN_GAP_MS = 30000    # ignore a wakeup within 30 s of the last from that origin
 
 LINK_LOCAL, LINK_MULTICAST, LINK_BONJOUR, LINK_REMOTE, LINK_BLUETOOTH = 0, 1, 2, 3, 4
-LINK_NAMES = ("local", "wifi", "bonjour", "remote", "ble")
 
 
 def _hex(b):
@@ -156,7 +155,24 @@ class Router:
     # ---- output ---------------------------------------------------------
     def _tx(self, port, buf, n):
         if self.tx(port, buf, n):
-            self.counters.tx[buf[5]] += 1
+            # frames and bytes per frame type and per link type: small-int
+            # arithmetic on preallocated lists, nothing allocated
+            c = self.counters
+            t = buf[5]
+            c.tx[t] += 1
+            v = c.tx_bytes[t] + n
+            if v >= BYTES_CARRY:
+                v -= BYTES_CARRY
+                c.tx_bytes_hi[t] += 1
+            c.tx_bytes[t] = v
+            lk = self.port_link[port]
+            if lk < len(LINK_NAMES):
+                c.tx_link[lk] += 1
+                v = c.tx_bytes_link[lk] + n
+                if v >= BYTES_CARRY:
+                    v -= BYTES_CARRY
+                    c.tx_bytes_link_hi[lk] += 1
+                c.tx_bytes_link[lk] = v
             self.last_tx[port] = self.now
             return True
         self.counters.drops[D_QUEUE_FULL] += 1

@@ -7,6 +7,16 @@ from snake.wire import TYPE_NAMES
 
 SCHEMA_VERSION = 1
 
+# Link types in the reference's numbering (PROTOCOL.md "Link types"); the
+# names are those of `peers` records.
+LINK_NAMES = ("local", "wifi", "bonjour", "remote", "ble")
+
+# Byte counters are kept as (low, high) pairs: low stays below BYTES_CARRY
+# and every BYTES_CARRY bytes move into high. A 32-bit MicroPython small int
+# ends at 2^30 (about 1 GB: a few hours of a busy relay), and counting past
+# it would allocate a big int on every frame; as_dict() joins the halves.
+BYTES_CARRY = 0x10000000
+
 # Drop reasons: index -> name. Every dropped frame increments exactly one.
 DROP_NAMES = (
     "malformed",         # codec rejected the frame (WireError)
@@ -41,6 +51,13 @@ class Counters:
     def __init__(self):
         self.rx = [0] * len(TYPE_NAMES)
         self.tx = [0] * len(TYPE_NAMES)
+        # bytes sent per frame type, frames and bytes sent per link type
+        # (counted in Router._tx for every frame a link accepted)
+        self.tx_bytes = [0] * len(TYPE_NAMES)
+        self.tx_bytes_hi = [0] * len(TYPE_NAMES)
+        self.tx_link = [0] * len(LINK_NAMES)
+        self.tx_bytes_link = [0] * len(LINK_NAMES)
+        self.tx_bytes_link_hi = [0] * len(LINK_NAMES)
         self.drops = [0] * len(DROP_NAMES)
         self.verify_done = 0      # signature verifications actually computed
         self.verify_skipped = 0   # bootstrap verifications skipped by policy
@@ -52,15 +69,23 @@ class Counters:
     def as_dict(self):
         rx = {}
         tx = {}
+        txb = {}
         for i in range(len(TYPE_NAMES)):
             rx[TYPE_NAMES[i]] = self.rx[i]
             tx[TYPE_NAMES[i]] = self.tx[i]
+            txb[TYPE_NAMES[i]] = self.tx_bytes_hi[i] * BYTES_CARRY + self.tx_bytes[i]
+        txl = {}
+        txbl = {}
+        for i in range(len(LINK_NAMES)):
+            txl[LINK_NAMES[i]] = self.tx_link[i]
+            txbl[LINK_NAMES[i]] = self.tx_bytes_link_hi[i] * BYTES_CARRY + self.tx_bytes_link[i]
         drops = {}
         for i in range(len(DROP_NAMES)):
             if self.drops[i]:
                 drops[DROP_NAMES[i]] = self.drops[i]
         return {
             "rx": rx, "tx": tx, "drops": drops,
+            "tx_bytes": txb, "tx_link": txl, "tx_bytes_link": txbl,
             "verify_done": self.verify_done,
             "verify_skipped": self.verify_skipped,
             "verify_cached": self.verify_cached,

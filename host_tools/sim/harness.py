@@ -60,7 +60,7 @@ class MeshError(ValueError):
 class NodeState:
     __slots__ = ("mesh", "name", "index", "key", "hex", "signer", "router", "alive",
                  "incarnation", "ports", "links", "phase", "last_peers", "inbox",
-                 "restarts")
+                 "restarts", "carried_bytes", "carried_frames", "carried_link_bytes")
 
     def __init__(self, mesh, name, index, key, signer, max_peers):
         self.mesh = mesh
@@ -78,6 +78,12 @@ class NodeState:
         self.last_peers = None
         self.inbox = collections.deque(maxlen=1000)
         self.restarts = 0
+        # what this node's links accepted from it, counted by the simulator
+        # (not the router) for the whole run, across restarts: bytes and
+        # frames per frame type (byte 5 of the header), bytes per link type
+        self.carried_bytes = [0] * 5
+        self.carried_frames = [0] * 5
+        self.carried_link_bytes = [0] * len(LINK_TYPES)
 
     def free_port(self):
         ports = self.ports
@@ -440,6 +446,11 @@ class Mesh:
         st = self.stats
         st["frames"] += 1
         st["bytes"] += length
+        t = buf[5]
+        if t < 5:
+            n.carried_bytes[t] += length
+            n.carried_frames[t] += 1
+        n.carried_link_bytes[ep.link.link_id] += length
         if ep.loss and self.rng.random() < ep.loss:
             st["lost"] += 1
             return True
@@ -615,6 +626,17 @@ class Mesh:
             return False
         with self._virtual():
             return src.router.send(dst.key, bytes(payload), self._now_ms(), self.hop_limit)
+
+    def carried(self, name):
+        """What node `name`'s links accepted from it over the whole run
+        (counted by the simulator, independently of the router's own
+        counters; not reset by a restart): {"bytes": {frame type: bytes},
+        "frames": {frame type: frames}, "link_bytes": {link type: bytes}}."""
+        from snake.wire import TYPE_NAMES
+        n = self._node(name)
+        return {"bytes": dict(zip(TYPE_NAMES, n.carried_bytes)),
+                "frames": dict(zip(TYPE_NAMES, n.carried_frames)),
+                "link_bytes": dict(zip(LINK_TYPES, n.carried_link_bytes))}
 
     def inbox(self, name):
         """(src name or hex, payload) received by node `name` (non-probe traffic)."""

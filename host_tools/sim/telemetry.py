@@ -18,7 +18,8 @@ FIELDS = {
     "state": {"root": str, "root_seq": int, "parent": (str, type(None)), "coords": list,
               "depth": int, "desc": (str, type(None)), "peers": int, "routes": int},
     "peers": {"peers": list},
-    "counters": {"rx": dict, "tx": dict, "drops": dict, "verify_done": int,
+    "counters": {"rx": dict, "tx": dict, "tx_bytes": dict, "tx_link": dict,
+                 "tx_bytes_link": dict, "drops": dict, "verify_done": int,
                  "verify_skipped": int, "verify_cached": int, "evictions": dict,
                  "occupancy": dict, "mem_free": (int, type(None))},
     "probe": {"probe": str, "id": int, "src": str, "dst": str, "ok": bool,
@@ -126,7 +127,7 @@ def counters_fields(router):
     ``evictions()`` and ``occupancy()``; mem_free is null in the simulator."""
     c = router.counters.as_dict() if hasattr(router, "counters") else {}
     d = dict(c)
-    for k in ("rx", "tx", "drops"):
+    for k in ("rx", "tx", "tx_bytes", "tx_link", "tx_bytes_link", "drops"):
         if not isinstance(d.get(k), dict):
             d[k] = {}
     d["evictions"] = router.evictions() if hasattr(router, "evictions") else {}

@@ -157,7 +157,12 @@ def test_static_line_trace_and_redial(mesh):
     assert [h["key"] for h in t["hops"]] == [b.pubkey, a.pubkey], t
     p = c.request("ping %s 3" % a.pubkey, timeout=15)
     assert p["received"] == 3, p
-    assert b.request("stats")["probes"]["trace_expired"] >= 2
+    sb = b.request("stats")
+    assert sb["probes"]["trace_expired"] >= 2
+    # bytes per frame type and per link type: the relay's links are "remote"
+    assert sb["tx_bytes"]["traffic"] > 0 and sb["tx_bytes"]["announcement"] > 0
+    assert sum(sb["tx_bytes"].values()) == sum(sb["tx_bytes_link"].values()) == sb["tx_bytes_link"]["remote"]
+    assert sum(sb["tx_link"].values()) == sum(sb["tx"].values()) == sb["tx_link"]["remote"]
     # the relay restarts: both ends re-dial it (static peers back off and retry)
     b.stop()
     deadline = time.monotonic() + 10
@@ -211,8 +216,11 @@ def test_ble_medium_line(mesh, tmp_path):
         import host_tools
         with open(os.path.join(host_tools.BOARDS_DIR, "UNIX", "profile.json")) as f:
             prof = json.load(f)
-        q = b.request("stats")["queues"]
+        sb = b.request("stats")
+        q = sb["queues"]
         assert [x["limit"] for x in q] == [prof["ble_queue"]] * 2
+        assert sb["tx_link"]["ble"] == sum(sb["tx"].values()) > 0
+        assert sb["tx_bytes_link"]["ble"] == sum(sb["tx_bytes"].values()) > 0
         assert prof["ble_queue"] < prof["wifi_queue"]
     finally:
         med.kill()
