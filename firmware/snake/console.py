@@ -412,6 +412,7 @@ class Console:
             d["uptime_s"] = node.uptime_s()
             d["mem_free"] = _mem_free()
             d["listen"] = node.listeners
+            d["capacity"] = r.capacity()
             return d
         if cmd == "peers":
             self._need(args, 0, 0, "peers")
@@ -492,6 +493,7 @@ class Console:
         d = r.counters.as_dict()
         d["evictions"] = r.evictions()
         d["occupancy"] = r.occupancy()
+        d["capacity"] = r.capacity()
         d["mem_free"] = _mem_free()
         return d
 

@@ -276,6 +276,7 @@ class Node:
         port = r.free_port()
         if not port or self.links[port] is not None:
             self.stat("no_port")
+            r.peer_refused()
             self.log("no free port for %s" % link.name)
             return 0
         limit = self.profile.ble_queue if link.link_type == LINK_BLE else self.profile.wifi_queue

@@ -18,7 +18,8 @@ from snake.snek import (Snake, worse, FULL_KEY, BOOTSTRAP_INTERVAL_MS, BOOTSTRAP
 from snake.telemetry import (Counters, LINK_NAMES, BYTES_CARRY, D_MALFORMED, D_OVERSIZE,
                              D_UNKNOWN_PORT, D_UNKNOWN_TYPE, D_HOP_LIMIT, D_LOOP, D_WATERMARK, D_NO_ROUTE,
                              D_QUEUE_FULL, D_BAD_SIGNATURE, D_WAKEUP_ROOT, D_WAKEUP_DUP,
-                             D_WAKEUP_HOP_LIMIT, D_SANITY, D_TOO_DEEP, D_NO_MEMORY)
+                             D_WAKEUP_HOP_LIMIT, D_SANITY, D_TOO_DEEP, D_NO_MEMORY,
+                             D_ROUTE_TABLE_FULL)
 
 VERSION = "0.1.0"
 
@@ -86,6 +87,7 @@ class Router:
         self.last_wakeup = now
         self.bootstrap_soon = False
         self.bs_ramp = len(BOOTSTRAP_RAMP_MS)   # index into the ramp; at its end: 5 s
+        self.peers_refused = 0    # links refused for want of a free port (peer_refused)
         # outputs: set by the runtime / simulator / tests
         self.tx = _no_tx
         self.deliver = None
@@ -142,6 +144,11 @@ class Router:
         if self.disconnect is not None:
             self.disconnect(port, reason)
         self.port_down(port, self.now)
+
+    def peer_refused(self):
+        """The runtime (or simulator) refused a link because every port was
+        taken: counted in capacity()["peers"]."""
+        self.peers_refused += 1
 
     def free_port(self):
         """Lowest port number not in use, or 0 when all are taken."""
@@ -613,6 +620,23 @@ class Router:
             "coords": [self.ccache.count, self.ccache.capacity],
             "sigcache": [self.sigcache.count, self.sigcache.capacity],
             "wakeups": [self.wakeups.count, self.wakeups.capacity],
+        }
+
+    def capacity(self):
+        """The tables that bound the mesh a node can be part of:
+        {table: [used, capacity, refused]} with `refused` cumulative since
+        boot (telemetry `counters` and console `status`, see docs/CAPACITY.md):
+          peers   ports up / max_peers / links refused for want of a port
+          routes  route entries / max_routes / bootstraps refused plus live
+                  entries evicted for lack of room
+          depth   our tree depth / max_hops / announcements dropped as too deep"""
+        sn = self.snake
+        d = self.counters.drops
+        return {
+            "peers": [sum(self.up), len(self.up) - 1, self.peers_refused],
+            "routes": [sn.routes.count, sn.routes.capacity,
+                       d[D_ROUTE_TABLE_FULL] + sn.evicted_live],
+            "depth": [self.tree.depth(), self.tree.max_hops, d[D_TOO_DEEP]],
         }
 
     def evictions(self):

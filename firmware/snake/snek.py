@@ -67,6 +67,7 @@ class Snake:
         self.last_bootstrap = 0
         self.last_maintain = 0
         self._new_key = None            # key being inserted (for the victim rule)
+        self.evicted_live = 0           # unexpired entries evicted for lack of room
         self.now = 0
 
     # ---- table eviction ----------------------------------------------------
@@ -95,6 +96,8 @@ class Snake:
         if self._new_key is not None:
             if abs(int.from_bytes(self._new_key, "big") - own) >= worst_d:
                 return -1
+        if worst >= 0:
+            self.evicted_live += 1
         return worst
 
     # ---- next hop ------------------------------------------------------------

@@ -82,6 +82,12 @@ class Tree:
             return self.ann_coords[self.parent], self.ann_clen[self.parent]
         return self.ann_coords[0], 0
 
+    def depth(self):
+        """Our depth in the tree (number of ports in our coordinates)."""
+        if self.parent and self.ann_valid[self.parent]:
+            return self.ann_nhops[self.parent]
+        return 0
+
     def contains(self, port, key):
         raw = self.ann_raw[port]
         offs = self.ann_hk[port]

@@ -303,6 +303,9 @@ class Mesh:
         pb = b.free_port()
         if not pa or not pb:
             self.stats["port_full"] += 1
+            for n in ((a,) if not pa else ()) + ((b,) if not pb else ()):
+                if n.alive and n.router is not None and hasattr(n.router, "peer_refused"):
+                    n.router.peer_refused()
             self._block(link, "port_full %s" % (a.name if not pa else b.name))
             return
         qa = self._qcap(link)

@@ -133,6 +133,8 @@ def counters_fields(router):
     d["evictions"] = router.evictions() if hasattr(router, "evictions") else {}
     occ = router.occupancy() if hasattr(router, "occupancy") else {}
     d["occupancy"] = {k: list(v) for k, v in occ.items()}
+    if hasattr(router, "capacity"):
+        d["capacity"] = {k: list(v) for k, v in router.capacity().items()}
     for k in ("verify_done", "verify_skipped", "verify_cached"):
         d[k] = _int(d.get(k))
     d["mem_free"] = None

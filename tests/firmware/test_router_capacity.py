@@ -1,0 +1,62 @@
+# The `capacity` report (telemetry contract 2, docs/CAPACITY.md):
+# {table: [used, capacity, refused]} for peers, routes and depth, with
+# refused counted cumulatively when a table turns something away.
+from routertest import Node, signer, keys_sorted, announcement, bootstrap
+
+IDS = list(range(41, 53))
+K = keys_sorted(IDS)          # K[0] lowest ... K[11] highest key
+
+
+def pub(i):
+    return signer(K[i]).public
+
+
+def test_capacity_reports_peers_routes_depth_with_their_limits():
+    n = Node(K[4], max_peers=3, max_routes=5, max_hops=6)
+    c = n.r.capacity()
+    assert set(c) >= {"peers", "routes", "depth"}
+    assert c["peers"] == [0, 3, 0]
+    assert c["routes"] == [0, 5, 0]
+    assert c["depth"] == [0, 6, 0]
+    n.r.port_up(1, pub(7), 1, 0)
+    n.rx(1, announcement(K[11], 1, [(K[11], 3), (K[9], 2), (K[7], 1)]), 1)
+    c = n.r.capacity()
+    assert c["peers"] == [1, 3, 0]
+    assert c["depth"] == [3, 6, 0]      # our coordinates: 3 ports
+
+
+def test_refused_links_are_counted_under_peers():
+    n = Node(K[4], max_peers=2)
+    n.r.peer_refused()
+    n.r.peer_refused()
+    assert n.r.capacity()["peers"][2] == 2
+
+
+def test_too_deep_announcement_is_counted_under_depth():
+    n = Node(K[0], max_hops=3)
+    n.r.port_up(1, pub(7), 1, 0)
+    deep = announcement(K[11], 1, [(K[11], 1), (K[10], 1), (K[9], 1), (K[7], 1)])
+    n.rx(1, deep, 1)
+    c = n.r.capacity()
+    assert c["depth"][2] == 1
+    assert c["depth"][0] == 0           # not joined through it
+    assert n.r.up[1]                    # the peer stays
+
+
+def test_route_table_full_is_counted_under_routes():
+    # own key lowest: every bootstrap key is above ours; the table keeps the
+    # keys closest to ours and refuses farther ones
+    n = Node(K[0], max_routes=2)
+    n.r.port_up(1, pub(11), 1, 0)
+    n.r.port_up(2, pub(10), 1, 0)
+    n.rx(1, announcement(K[11], 1, [(K[11], 1)]), 1)
+    assert n.r.parent_port() == 1
+    t = 2
+    for i in (1, 2, 3):
+        n.rx(2, bootstrap(K[i], 1000 + i, K[11], 1), t)
+        t += 1
+    c = n.r.capacity()
+    assert c["routes"][0] == 2 and c["routes"][1] == 2
+    assert c["routes"][2] == 1          # K[3] is farther than both: refused
+    n.rx(2, bootstrap(K[5], 2000, K[11], 1), t)
+    assert n.r.capacity()["routes"][2] == 2
