@@ -41,8 +41,16 @@ def new_seed():
     return os.urandom(SEED_LEN)
 
 
+def _first_non_hex(text):
+    for i, c in enumerate(text):
+        if c not in "0123456789abcdefABCDEF":
+            return i
+    return None
+
+
 def parse_seed(data, source="key"):
-    """Decode a seed from raw bytes or hex text; KeyFormatError otherwise.
+    """Decode a seed from raw bytes or hex text (a key file's content);
+    KeyFormatError otherwise.
 
     The error message never contains the data itself."""
     if len(data) == SEED_LEN:
@@ -52,9 +60,26 @@ def parse_seed(data, source="key"):
         try:
             return binascii.unhexlify(text)
         except (binascii.Error, ValueError):
-            pass
+            bad = _first_non_hex(text.decode("latin-1"))
+            raise KeyFormatError("unknown key format in %s: 64 characters of text, but character %d "
+                                 "is not a hex digit (expected 64 hex digits or a 32-byte raw seed)"
+                                 % (source, (bad or 0) + 1))
     raise KeyFormatError("unknown key format in %s: expected a 32-byte raw seed or 64 hex digits "
                          "(got %d bytes)" % (source, len(data)))
+
+
+def parse_seed_text(text, source="--seed"):
+    """A seed typed on the command line: exactly 64 hex digits (a 32-byte
+    seed). Text is counted in characters; the message never shows the seed."""
+    t = text.strip()
+    if len(t) != 2 * SEED_LEN:
+        raise KeyFormatError("%s must be 64 hex digits (a 32-byte seed), got %d character%s"
+                             % (source, len(t), "" if len(t) == 1 else "s"))
+    bad = _first_non_hex(t)
+    if bad is not None:
+        raise KeyFormatError("%s must be 64 hex digits (a 32-byte seed): character %d is not a hex "
+                             "digit" % (source, bad + 1))
+    return binascii.unhexlify(t)
 
 
 def load_seed(path, warn=True):

@@ -28,6 +28,7 @@ import time
 
 from host_tools.errors import CliError, InputError
 from host_tools.nodeproc import NodeProcess, free_port
+from host_tools.sim import topology as T
 from host_tools.sim.keys import node_seed
 
 LINK_NAMES = ("wifi", "ble", "remote")
@@ -55,9 +56,15 @@ def parse_topology(path):
                 opt = tok[1:]
                 if "=" not in opt:
                     if opt not in LINK_NAMES:
-                        raise InputError("%s:%d: unknown link type @%s (process mesh: @wifi or @ble)"
-                                         % (path, lineno, opt))
+                        raise InputError("%s:%d: unknown link type @%s (process mesh: @wifi, @ble or "
+                                         "@remote)" % (path, lineno, opt))
                     link = opt
+                else:
+                    # simulator options (latency, bw, loss): checked, not used here
+                    try:
+                        T._parse_option(tok, {}, path, lineno)
+                    except T.TopologyError as e:
+                        raise InputError(str(e))
                 continue
             chain.append(tok)
         for n in chain:

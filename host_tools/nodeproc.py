@@ -37,7 +37,7 @@ import time
 import tty
 
 from host_tools import FIRMWARE_DIR, LIB_DIR, BOARDS_DIR, keystore
-from host_tools.errors import CliError, InputError
+from host_tools.errors import CliError, DeviceError, InputError
 
 PREFIX = b"@sm "
 BOOT_TIMEOUT = 15.0
@@ -406,7 +406,11 @@ class NodeProcess(object):
             ls.bind(("127.0.0.1", port))
         except OSError as e:
             ls.close()
-            raise CliError("console port %d: %s" % (port, e.strerror or e))
+            import errno
+            why = {errno.EADDRINUSE: "address already in use (another program or node listens there)",
+                   errno.EACCES: "permission denied (ports below 1024 need root)"}.get(e.errno)
+            raise DeviceError("cannot listen on 127.0.0.1:%d (console port): %s"
+                              % (port, why or e.strerror or e))
         ls.listen(1)
         self._lsock = ls
         self.console_url = "socket://127.0.0.1:%d" % ls.getsockname()[1]

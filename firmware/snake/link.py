@@ -40,6 +40,7 @@ LINK_REMOTE = 3
 LINK_BLE = 4
 
 _EBADF = 9
+_EAGAIN = (11, 35)       # Linux, macOS/BSD
 
 
 def _current_task():
@@ -209,5 +210,16 @@ async def open_tcp(host, port, link_type, timeout_s=5):
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
     except asyncio.TimeoutError:
         raise OSError(110)  # ETIMEDOUT
+    # MicroPython's open_connection returns when the connect attempt ends,
+    # refused or not; a zero-length send reports the refusal here, as a
+    # failed dial, instead of as a handshake failure at the first write
+    s = getattr(writer, "s", None)
+    if s is not None:
+        try:
+            s.send(b"")
+        except OSError as e:
+            if not e.args or e.args[0] not in _EAGAIN:
+                close_stream(writer)
+                raise
     set_nodelay(writer)
     return TcpLink(reader, writer, link_type, "tcp %s:%d" % (host, port), outbound=True)

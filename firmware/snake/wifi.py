@@ -297,8 +297,9 @@ class Wifi:
             node.stat("dials")
             try:
                 link = await open_tcp(host, port, LINK_MULTICAST, DIAL_TIMEOUT_S)
-            except OSError:
+            except OSError as e:
                 node.stat("dial_fail")
+                node.log("dial %s:%d failed: %s" % (host, port, _err(e)))
                 retry = DIAL_RETRY_MS
                 return
             await stream.run(node, link)
@@ -320,10 +321,13 @@ class Wifi:
                 await _sleep_ms(STATIC_BACKOFF_MS[1])
                 continue
             node.stat("dials")
+            i = fails if fails < len(STATIC_BACKOFF_MS) else len(STATIC_BACKOFF_MS) - 1
             try:
                 link = await open_tcp(host, port, LINK_REMOTE, DIAL_TIMEOUT_S)
-            except OSError:
+            except OSError as e:
                 node.stat("dial_fail")
+                node.log("dial %s:%d failed: %s; retry in %d s" % (host, port, _err(e),
+                                                                   STATIC_BACKOFF_MS[i] // 1000))
                 link = None
             if link is not None:
                 up0 = node.stats["links_up"]
@@ -331,6 +335,6 @@ class Wifi:
                 known = getattr(link, "peer_key", None) or known
                 if node.stats["links_up"] != up0:
                     fails = 0
-            i = fails if fails < len(STATIC_BACKOFF_MS) else len(STATIC_BACKOFF_MS) - 1
+                    i = 0
             fails += 1
             await _sleep_ms(STATIC_BACKOFF_MS[i])

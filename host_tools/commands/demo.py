@@ -19,7 +19,7 @@ def register(sub):
                                    "BLE/Wi-Fi topology, show convergence and pings live, then run "
                                    "the Spark pipeline on the telemetry and write the report.")
     p.add_argument("--out", default="demo-out", metavar="DIR", help="output folder (default demo-out)")
-    p.add_argument("--topology", default=DEMO_TOPOLOGY, metavar="FILE",
+    p.add_argument("--topology", default=DEMO_TOPOLOGY, metavar="FILE|NAME",
                    help="topology (default: 8 nodes, Wi-Fi backbone with BLE spurs)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--duration", type=float, default=20.0, metavar="S",
@@ -38,6 +38,8 @@ def run(args):
     t0 = time.monotonic()
     mesh_dir = os.path.join(args.out, "mesh")
     analysis = os.path.join(args.out, "analysis")
+    from host_tools import topofiles
+    args.topology = topofiles.resolve(args.topology)
     say("starting a process mesh from %s" % os.path.relpath(args.topology))
     margs = argparse.Namespace(topology=args.topology, out=mesh_dir, seed=args.seed, profile="UNIX",
                                duration=args.duration, pings=args.pings, traces=args.traces,

@@ -6,7 +6,6 @@ import signal
 import sys
 import time
 
-from host_tools.errors import InputError
 
 
 def register(sub):
@@ -15,7 +14,8 @@ def register(sub):
                                    "edges over loopback TCP, @ble edges through the emulated BLE "
                                    "medium), wait for convergence, ping and trace through the "
                                    "consoles, record telemetry, stop everything.")
-    p.add_argument("--topology", required=True, metavar="FILE", help="topology file (see README)")
+    p.add_argument("--topology", required=True, metavar="FILE|NAME",
+                   help="topology file (see README) or a shipped one by name (e.g. demo-mixed)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (telemetry.jsonl, logs/)")
     p.add_argument("--seed", type=int, default=1, help="key seed: node keys derive from it and the names")
     p.add_argument("--profile", default="UNIX", metavar="BOARD|FILE", help="board profile (default UNIX)")
@@ -34,8 +34,8 @@ def say(msg):
 
 def run_mesh(args, progress=say):
     from host_tools.mesh import ProcessMesh
-    if not os.path.isfile(args.topology):
-        raise InputError("no such topology file: %s" % args.topology)
+    from host_tools import topofiles
+    args.topology = topofiles.resolve(args.topology)
     os.makedirs(args.out, exist_ok=True)
     rnd = random.Random(args.seed)
     summary = {}
@@ -49,14 +49,15 @@ def run_mesh(args, progress=say):
         pairs = [(a, b) for a in m.names for b in m.names if a != b]
         rnd.shuffle(pairs)
         ok = 0
-        for a, b in pairs[:args.pings]:
+        n_pings = min(args.pings, len(pairs))     # a 2-node mesh has 2 pairs, whatever --pings says
+        for a, b in pairs[:n_pings]:
             r = m.ping(a, b, count=1)
             good = bool(r.get("received"))
             ok += good
             rtt = (r.get("rtts_ms") or [None])[0]
             progress("ping %-8s -> %-8s %s" % (a, b, ("%.1f ms" % rtt) if good else "LOST"))
-        summary.update(pings=args.pings, pings_ok=ok)
-        for a, b in pairs[args.pings:args.pings + args.traces]:
+        summary.update(pings=n_pings, pings_ok=ok)
+        for a, b in pairs[n_pings:n_pings + args.traces]:
             r = m.trace(a, b)
             hops = r.get("hops") or []
             names = [m.name_of(h.get("key")) for h in hops]

@@ -14,7 +14,7 @@ import sys
 import time
 
 from host_tools import keystore
-from host_tools.errors import CliError, UsageError
+from host_tools.errors import CliError, DeviceError, UsageError
 
 
 def _hostport(s):
@@ -28,6 +28,26 @@ def _hostport(s):
     if not 1 <= port <= 65535:
         raise argparse.ArgumentTypeError("port out of range in %r" % s)
     return (host or "0.0.0.0", port)
+
+
+_ERRNO_WORDS = {"EADDRINUSE": "address already in use (another program or node listens there)",
+                "EACCES": "permission denied (ports below 1024 need root)",
+                "EADDRNOTAVAIL": "no such address on this machine"}
+
+
+def _check_listen(node, listen):
+    """--listen was asked for but the node could not bind it: that is an
+    error of this command (one line, exit 3), not a warning to run on with."""
+    if listen is None or "static" in (node.boot.get("listen") or {}):
+        return
+    why = "the node did not open it"
+    for w in node.boot.get("warnings") or []:
+        if "cannot listen on" in w:
+            why = w.rsplit(": ", 1)[-1]
+            for name, words in _ERRNO_WORDS.items():
+                if name in why:
+                    why = words
+    raise DeviceError("cannot listen on %s:%d: %s" % (listen[0], listen[1], why))
 
 
 def register(subparsers):
@@ -61,7 +81,7 @@ def run(args):
     from host_tools.nodeproc import NodeProcess, build_mpy
     seed = None
     if args.seed is not None:
-        seed = keystore.parse_seed(args.seed.encode(), "--seed")
+        seed = keystore.parse_seed_text(args.seed, "--seed")
     if args.console_port is not None and not 0 <= args.console_port <= 65535:
         raise UsageError("--console-port must be within 0..65535")
     mpy_dir = None
@@ -85,6 +105,7 @@ def run(args):
         old[s] = signal.signal(s, on_signal)
     try:
         node.start()
+        _check_listen(node, args.listen)
         print("node %s" % node.pubkey)
         print("console %s" % node.pty_path)
         if node.console_url:

@@ -1,6 +1,6 @@
 """`snakemesh sim`: the virtual-time simulator (docs/SIMULATOR.md).
 
-    snakemesh sim --topology shared/topologies/sim.txt --duration 120 --seed 1 --out out/sim
+    snakemesh sim --topology sim --duration 120 --seed 1 --out out/sim
     snakemesh sim --generate rgg:1000 --duration 300 --seed 7 --out out/big --scenario churn.txt
 
 Runs the shipped router core of every node on one discrete-event clock and
@@ -20,7 +20,8 @@ def register(subparsers):
                     "(deterministic for a seed) and write telemetry, the topology and "
                     "ground truth to --out.")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--topology", metavar="FILE", help="topology file (shared format, see docs/SIMULATOR.md)")
+    src.add_argument("--topology", metavar="FILE|NAME",
+                     help="topology file (see docs/SIMULATOR.md) or a shipped one by name (e.g. grid4-0049)")
     src.add_argument("--generate", metavar="SPEC", help="generated topology: grid:WxH or rgg:N[:RADIUS]")
     p.add_argument("--duration", type=float, required=True, metavar="SECONDS", help="virtual seconds to run")
     p.add_argument("--seed", type=int, default=1, help="run seed: keys, timing, loss, pairs (default %(default)s)")
@@ -51,8 +52,11 @@ def register(subparsers):
 def run(args):
     from host_tools.sim import runner
     from host_tools.sim.harness import MeshError
+    from host_tools import topofiles
     if args.duration <= 0:
         raise UsageError("--duration must be > 0")
+    if args.topology is not None:
+        args.topology = topofiles.resolve(args.topology)
     if args.pings < 0:
         raise UsageError("--pings must be >= 0")
     if args.state_interval <= 0 or args.counters_interval <= 0:

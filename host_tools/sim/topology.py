@@ -1,8 +1,9 @@
 """Topologies for the virtual-time simulator.
 
-The shared file format (shared/topologies/README.md): each line is a chain of
-node names separated by spaces; consecutive names are linked; duplicate edges
-and self-links are ignored.
+The topology file format (host_tools/topologies/README.md): each line is a
+chain of node names separated by spaces; consecutive names are linked;
+duplicate edges and self-links are ignored; a token starting with ``#``
+starts a comment to the end of the line.
 
 snakemesh extension (backwards compatible with the shared files): tokens that
 start with ``@`` are options for every edge of their line, never node names:
@@ -177,16 +178,21 @@ def parse(text, source="<topology>"):
         names = []
         opts = {"link": DEFAULT_LINK, "latency_ms": None, "bw": None, "loss": None}
         for tok in line.split():
+            if tok.startswith("#"):
+                break          # a comment to the end of the line
             if tok.startswith("@"):
                 _parse_option(tok, opts, source, lineno)
             else:
                 names.append(tok)
         if not names:
             raise TopologyError("%s:%d: options without node names" % (source, lineno))
-        for n in names:
-            topo.add_node(n)
-        for i in range(len(names) - 1):
-            topo.add_edge(names[i], names[i + 1], **opts)
+        try:
+            for n in names:
+                topo.add_node(n)
+            for i in range(len(names) - 1):
+                topo.add_edge(names[i], names[i + 1], **opts)
+        except TopologyError as e:
+            raise TopologyError("%s:%d: %s" % (source, lineno, e))
     if not topo.names:
         raise TopologyError("%s: no nodes" % source)
     return topo
