@@ -203,7 +203,7 @@ class Router:
             p += 1
 
     def on_first_announcement(self, port):
-        # PROTOCOL.md difference 5: our own wakeup to a new peer only
+        # PROTOCOL_NOTES.md difference 5: our own wakeup to a new peer only
         self._send_wakeup(port)
 
     # ---- input ----------------------------------------------------------
@@ -467,7 +467,7 @@ class Router:
     def _wakeup(self, port, buf, n, f, now):
         c = self.counters
         tree = self.tree
-        # PROTOCOL.md difference 5: every cheap check before the signature
+        # PROTOCOL_NOTES.md difference 5: every cheap check before the signature
         if f.hop_limit <= 1:
             c.drops[D_WAKEUP_HOP_LIMIT] += 1
             return

@@ -1,7 +1,7 @@
 # Virtual snake (SNEK): routing table, descending entry, bootstrap handling
-# and SNEK next-hop selection, per seeds/virtual_snake_current.md,
-# seeds/next_hop_watermarks.md and seeds/handling_bootstraps_sequence.md,
-# with the reference-implementation differences listed in PROTOCOL.md.
+# and SNEK next-hop selection, as the reference Pinecone router does them
+# (docs/PROTOCOL_NOTES.md "Virtual snake", and "Differences from the
+# published text" for where the reference and the published rules differ).
 #
 # next_hop() is on the forwarding hot path: it allocates nothing. Its result
 # is left in attributes (nh_port, nh_key, nh_seq) instead of a tuple.
@@ -124,7 +124,7 @@ class Snake:
         parent = tree.parent
         if parent and tree.ann_valid[parent]:
             root = tree.ann_root[parent]
-            # 3.1 bootstraps start towards the root. PROTOCOL.md difference 2:
+            # 3.1 bootstraps start towards the root. PROTOCOL_NOTES.md difference 2:
             # only at the originator (best key still equals the destination,
             # i.e. our own key), otherwise a relay could never be the dead end.
             if bootstrap and best_key == dst:
@@ -214,7 +214,7 @@ class Snake:
                             and tree.ann_order[best_port] > tree.ann_order[p]:
                         best_port = p
                 p += 1
-        # PROTOCOL.md difference 1: the reference always returns
+        # PROTOCOL_NOTES.md difference 1: the reference always returns
         # (best key, best sequence), also when the sequence is 0.
         self.nh_port = best_port
         self.nh_key = best_key
@@ -243,7 +243,7 @@ class Snake:
             c.drops[D_BOOTSTRAP_SELF] += 1
             return -1
         slot = self.routes.find(bkey)
-        # replay check (PROTOCOL.md difference 4: only against an entry for
+        # replay check (PROTOCOL_NOTES.md difference 4: only against an entry for
         # the same root; an entry for another root is replaced)
         if slot >= 0 and self.r_root[slot] == self.k_root and self.r_root_seq[slot] == f.root_seq \
                 and f.seq <= self.r_seq[slot]:
@@ -261,7 +261,7 @@ class Snake:
                 c.drops[D_WATERMARK] += 1
                 return -1
         desc_change = dead_end and self._desc_would_change(bkey, port)
-        # signature, by policy (PROTOCOL/ARCHITECTURE "crypto budget"):
+        # signature, by policy (docs/PROTOCOL_NOTES.md choice C):
         #   all: always; on-change: when the route is new or its source port
         #   or root changes, or the descending entry would change; off: never
         policy = r.verify_policy
@@ -293,7 +293,7 @@ class Snake:
         self.r_last[slot] = now
         self.r_root[slot] = r.root_obj   # == k_root (checked above), shared
         self.r_root_seq[slot] = f.root_seq
-        # PROTOCOL.md difference 3: the route's watermark is (bootstrapping
+        # PROTOCOL_NOTES.md difference 3: the route's watermark is (bootstrapping
         # key, bootstrap sequence): r_seq is that sequence
         self.r_seq[slot] = f.seq
         if dead_end:

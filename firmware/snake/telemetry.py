@@ -7,7 +7,7 @@ from snake.wire import TYPE_NAMES
 
 SCHEMA_VERSION = 1
 
-# Link types in the reference's numbering (PROTOCOL.md "Link types"); the
+# Link types in the reference's numbering (docs/PROTOCOL_NOTES.md "Link types"); the
 # names are those of `peers` records.
 LINK_NAMES = ("local", "wifi", "bonjour", "remote", "ble")
 

@@ -1,6 +1,6 @@
 # Spanning tree: peers' announcements, parent selection, coordinates.
 #
-# Every rule of PROTOCOL.md "Spanning tree" lives in this module:
+# Every rule of docs/PROTOCOL_NOTES.md "Spanning tree" lives in this module:
 #   - sanity checks on received announcements (sanity_check)
 #   - re-parenting on news from the parent / from another peer (handle)
 #   - parent selection (select_parent)
@@ -193,7 +193,7 @@ class Tree:
         return total <= self.cmax
 
     def handle(self, port, buf, n, f, now):
-        """Apply PROTOCOL.md re-parenting rules to an announcement that
+        """Apply the re-parenting rules (docs/PROTOCOL_NOTES.md) to an announcement that
         passed the sanity checks."""
         key = self.r.key
         first = not self.ann_valid[port]
@@ -235,7 +235,7 @@ class Tree:
             self.set_parent(port)
             return
         if new_root < our_root:
-            # Reference behaviour (PROTOCOL.md difference 6): a weaker root
+            # Reference behaviour (PROTOCOL_NOTES.md difference 6): a weaker root
             # heard from this peer for the first time gets no immediate
             # reply; we answer when the peer repeats it.
             if was_weaker_before:

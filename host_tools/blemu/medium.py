@@ -20,7 +20,7 @@ loss shows up as extra latency and reduced throughput, never as silent data
 loss inside a connection. A packet that needs more than --max-retries
 retransmissions ends the connection (supervision timeout) on both sides.
 
-Topology file (shared/topologies/README.md): each line is a chain of node
+Topology file (host_tools/topologies/README.md): each line is a chain of node
 names, consecutive names are in range. Blank lines and lines starting with
 `#` are ignored. A line starting with `@ble ` is a BLE chain like a plain
 line; a line starting with `@wifi ` (or any other `@tag `) is ignored here,

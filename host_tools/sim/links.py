@@ -10,7 +10,7 @@ are dropped on arrival.
 """
 from collections import deque
 
-# Link type names in the router's numbering (PROTOCOL.md "Link types").
+# Link type names in the router's numbering (docs/PROTOCOL_NOTES.md "Link types").
 LINK_TYPES = ("local", "wifi", "bonjour", "remote", "ble")
 LINK_IDS = {name: i for i, name in enumerate(LINK_TYPES)}
 DEFAULT_LINK = "wifi"

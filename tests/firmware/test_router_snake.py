@@ -1,4 +1,4 @@
-# Virtual-snake rules (seeds + PROTOCOL.md differences), one test per rule:
+# Virtual-snake rules (docs/PROTOCOL_NOTES.md, with its differences), one test per rule:
 # next-hop steps 1-7 with watermarks, bootstrap handling, descending updates,
 # maintenance, origination, verification policy.
 from snake import wire

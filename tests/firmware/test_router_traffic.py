@@ -1,4 +1,4 @@
-# Hybrid traffic forwarding and wakeup broadcasts (PROTOCOL.md "Traffic
+# Hybrid traffic forwarding and wakeup broadcasts (docs/PROTOCOL_NOTES.md "Traffic
 # forwarding (hybrid)" and difference 5), one test per rule.
 from snake import wire
 from snake.telemetry import (D_LOOP, D_WATERMARK, D_HOP_LIMIT, D_NO_ROUTE, D_WAKEUP_ROOT,

@@ -10,11 +10,11 @@ from host_tools.sim import topology as T
 from host_tools.sim.keys import node_seed
 from host_tools.sim.links import link_params, LINK_DEFAULTS
 
-SHARED = os.path.join(host_tools.REPO_ROOT, "host_tools", "topologies")   # copies of shared/topologies
+SHARED = os.path.join(host_tools.REPO_ROOT, "host_tools", "topologies")   # the shipped topologies
 
 
 def _independent_parse(path):
-    """Edge set read the way shared/topologies/README.md describes it."""
+    """Edge set read the way host_tools/topologies/README.md describes it."""
     nodes, edges = set(), set()
     with open(path) as f:
         for line in f:
