@@ -1,19 +1,29 @@
-"""`snakemesh report DIR`: one self-contained HTML page with PNG plots, made
-from the small tables `analyze` wrote (no Spark needed).
+"""`snakemesh report DIR`: the operator's dashboard, one HTML page made from
+what `analyze` wrote (no Spark needed).
 
-DIR/report/index.html references the PNGs next to it by relative path, so the
-folder can be copied and opened offline.
+Top to bottom: the verdict (healthy / degraded / broken, with the reasons;
+rules in health.py), key figures, the nodes worst first, the spanning tree
+and the snake (inline SVG, also written beside the page), then the plots
+(PNG), the tables that bound the mesh, the caches that are meant to run full
+(apart), drops by reason, anomalies and rejected lines.
+
+DIR/report/index.html references its images by relative path and loads
+nothing from the network, so the folder can be copied and opened offline.
 """
 import html
 import json
+import math
 import os
 
 from host_tools.errors import InputError
+from host_tools.pipeline import health, topo_svg
 from host_tools.pipeline.output import AtomicDir
 
-PLOTS = ("convergence.png", "stretch.png", "delivery_rtt.png", "occupancy.png", "topology.png")
+PLOTS = ("convergence.png", "delivery.png", "stretch.png", "control.png", "bounding.png")
+SVGS = ("tree.svg", "snake.svg")
 TABLES = ("nodes.parquet", "convergence.parquet", "epochs.parquet", "anomalies.parquet",
           "topology.parquet", "histograms.parquet", "series.parquet", "counter_totals.parquet")
+ROWS_OPEN = 30   # node rows shown (worst first) before the rest are folded away
 
 
 def _load(d):
@@ -30,38 +40,59 @@ def _load(d):
     if not isinstance(summary, dict) or not summary.get("complete"):
         raise InputError("%s: summary.json is not a complete analysis" % d)
     import pandas as pd
-    tables = {}
+    tables, missing = {}, []
     for name in TABLES:
         p = os.path.join(d, name)
-        if not os.path.isfile(p):
-            raise InputError("%s: missing %s (re-run `snakemesh analyze`)" % (d, name))
+        key = name.split(".")[0]
         try:
-            tables[name.split(".")[0]] = pd.read_parquet(p)
-        except Exception as e:  # pyarrow raises several types for a damaged file
-            raise InputError("%s: unreadable %s (%s)" % (d, name, e))
-    return summary, tables
+            tables[key] = pd.read_parquet(p)
+        except Exception:  # absent or damaged: the page says so instead of failing
+            tables[key] = pd.DataFrame()
+            missing.append(name)
+    return summary, tables, missing
 
 
 def render(out_dir):
-    """Write OUT/report/index.html + PNGs; returns the HTML path."""
+    """Write OUT/report/index.html + images; returns the HTML path."""
     out_dir = os.path.abspath(out_dir)
-    summary, t = _load(out_dir)
+    summary, t, missing = _load(out_dir)
+    rows = health.load_nodes(out_dir, summary)
+    health.judge_nodes(rows, summary)
+    level, reasons = health.verdict(summary, rows)
+    probes = health._read(out_dir, "probes", ("probe", "ok", "shortest", "stretch", "rtt_ms"))
     import matplotlib
     matplotlib.use("Agg")
     rep = AtomicDir(os.path.join(out_dir, "report"), replace_if=lambda p: True, what="report folder")
     try:
-        _plot_convergence(rep.path("convergence.png"), summary, t)
-        _plot_stretch(rep.path("stretch.png"), summary, t)
-        _plot_delivery(rep.path("delivery_rtt.png"), summary, t)
-        _plot_occupancy(rep.path("occupancy.png"), summary, t)
-        _plot_topology(rep.path("topology.png"), summary, t)
+        notes, drew = {}, {}
+        for name, fn, args in (("convergence", _plot_convergence, (summary, t)),
+                               ("delivery", _plot_delivery, (summary, t, probes)),
+                               ("stretch", _plot_stretch, (summary, t, probes)),
+                               ("control", _plot_control, (summary, t)),
+                               ("bounding", _plot_bounding, (summary, t))):
+            path = rep.path(name + ".png")
+            notes[name] = fn(path, *args)
+            drew[name] = os.path.isfile(path)
+        edges = _last_edges(t.get("topology"))
+        svgs = {"tree": topo_svg.tree_svg(rows, edges), "snake": topo_svg.snake_svg(rows)}
+        for name, text in svgs.items():
+            with open(rep.path(name + ".svg"), "w") as f:
+                f.write(text)
         with open(rep.path("index.html"), "w") as f:
-            f.write(_html(summary, t))
+            f.write(_html(summary, t, rows, level, reasons, svgs, notes, drew, missing))
         final = rep.commit()
     except BaseException:
         rep.abort()
         raise
     return os.path.join(final, "index.html")
+
+
+def _last_edges(topo):
+    if topo is None or not len(topo):
+        return []
+    last = topo[topo["epoch"] == topo["epoch"].max()]
+    link = last["link"] if "link" in last else [None] * len(last)
+    return [(a, b, health.clean(k)) for a, b, k in zip(last["a"], last["b"], link)]
 
 
 # -- plots -------------------------------------------------------------------------
@@ -78,195 +109,701 @@ def _save(fig, path):
     plt.close(fig)
 
 
+def _discard(fig):
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+
+
 def _empty(ax, text):
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#888")
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666", wrap=True)
+    ax.set_xticks([])
+    ax.set_yticks([])
 
 
 def _plot_convergence(path, s, t):
+    """Each step is the state at the end of its bucket, drawn from the
+    bucket's start; a converged time T lies in the bucket where its curve
+    steps up for good, which is shaded, with T itself dashed."""
     c = t["convergence"]
-    fig, ax = _fig(figsize=(9, 4))
-    if len(c):
-        # each point is the state at the end of its bucket, held until the next
-        ax.step(c["t_s"], c["tree_agree_ratio"], where="post", label="nodes on the most common root")
-        ax.step(c["t_s"], c["snake_correct_ratio"], where="post", label="nodes with the right descending key")
-    else:
-        _empty(ax, "no state records")
-    for key, colour, label in (("tree_converged_s", "C0", "tree converged"),
-                               ("snake_converged_s", "C1", "snake converged")):
-        if s.get(key) is not None:
-            ax.axvline(s[key], color=colour, ls="--", lw=1, label="%s (%.2f s)" % (label, s[key]))
-    for ep in s.get("epochs", [])[1:]:
-        ax.axvline(ep["start_s"], color="#999", ls=":", lw=1)
-        ax.text(ep["start_s"], 1.02, " topology change", color="#777", fontsize=8)
-    ax.set_ylim(-0.02, 1.08)
-    ax.set_xlabel("time since start of data (s)")
-    ax.set_ylabel("fraction of %d nodes" % s["nodes"])
-    ax.set_title("Convergence over time (bucket %.3g s)" % s["bucket_s"])
-    ax.legend(loc="lower right", fontsize=8)
-    ax.grid(alpha=0.3)
+    b = float(s.get("bucket_s") or 1.0)
+    marks = [(k, col, lab) for k, col, lab in (("tree_converged_s", "C0", "tree agreed"),
+                                                ("snake_converged_s", "C1", "snake correct"))
+             if health.finite(s.get(k))]
+    end = s.get("duration_s") or 0.0
+    # zoom on the start when everything happens in the first fifth of the run
+    last_event = max([s[k] for k, _c, _l in marks] + [e.get("start_s") or 0 for e in s.get("epochs", [])] + [0])
+    zoom = len(c) and marks and (last_event + 3 * b) * 4 < end
+    fig, axes = _fig(1, 2 if zoom else 1, figsize=(11, 3.8), squeeze=False,
+                     gridspec_kw={"width_ratios": [2, 1]} if zoom else None)
+    if not len(c):
+        _discard(fig)
+        return "unknown: no state records"
+    note = None
+    for i, ax in enumerate(axes[0]):
+        x = list(c["t_s"] - b) + [float(c["t_s"].iloc[-1])]
+        for col, colour, lab in (("tree_agree_ratio", "C0", "nodes on the most common root"),
+                                 ("snake_correct_ratio", "C1", "nodes with the right descending key")):
+            y = list(c[col]) + [float(c[col].iloc[-1])]
+            ax.step(x, y, where="post", color=colour, lw=1.6, label=lab if i == 0 else None)
+        for k, colour, lab in marks:
+            tt = s[k]
+            k0 = math.floor(tt / b + 1e-9) * b
+            ax.axvspan(k0, k0 + b, color=colour, alpha=0.12, lw=0)
+            ax.axvline(tt, color=colour, ls="--", lw=1, label=("%s at %.2f s" % (lab, tt)) if i == 0 else None)
+        for ep in s.get("epochs", [])[1:]:
+            ax.axvline(ep["start_s"], color="#777", ls=":", lw=1)
+            ax.text(ep["start_s"], 1.03, " topology change", color="#555", fontsize=8)
+        ax.set_ylim(-0.02, 1.1)
+        ax.yaxis.set_major_formatter(_pct_formatter())
+        ax.set_xlabel("time since start of data (s)")
+        ax.grid(alpha=0.3)
+        if i == 0:
+            ax.set_ylabel("share of %d nodes" % s["nodes"])
+            ax.set_title("Convergence over the whole run (bucket %.3g s)" % b)
+            ax.legend(loc="lower right", fontsize=8)
+            ax.set_xlim(0, max(end, b))
+        else:
+            ax.set_xlim(0, last_event + 3 * b)
+            ax.set_title("First %.0f s" % (last_event + 3 * b))
+    if not marks and len(c):
+        note = "the tree or the snake did not converge and hold until the end of the data"
     _save(fig, path)
+    return note
 
 
-def _plot_stretch(path, s, t):
+def _pct_formatter():
+    from matplotlib.ticker import FuncFormatter
+    return FuncFormatter(lambda v, _p: "%d%%" % round(v * 100))
+
+
+def _wilson(k, n, z=1.96):
+    if not n:
+        return None
+    p = k / float(n)
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, c - h), min(1.0, c + h)
+
+
+def _plot_delivery(path, s, t, probes):
+    """Delivery as a number with its 95% interval on a 0-100% axis and the
+    verdict thresholds, delivery by path length, and the RTT distribution."""
+    fig, (a1, a2, a3) = _fig(1, 3, figsize=(13, 3.8), gridspec_kw={"width_ratios": [1.1, 1.3, 1.3]})
+    pings, ok = s.get("pings") or 0, s.get("pings_ok") or 0
+    th = health.THRESHOLDS
+    if pings:
+        ratio = ok / float(pings)
+        lo, hi = _wilson(ok, pings)
+        # a gauge: the verdict's zones as background, the figure and its 95% interval on top
+        zones = ((0, th["delivery_broken"], "#fed7d7"), (th["delivery_broken"], th["delivery_degraded"], "#feebc8"),
+                 (th["delivery_degraded"], 1.0, "#c6f6d5"))
+        for z0, z1, col in zones:
+            a1.axvspan(z0, z1, ymin=0.35, ymax=0.65, color=col, lw=0)
+        a1.errorbar([ratio], [0], xerr=[[ratio - lo], [hi - ratio]], fmt="D", color="#1a202c", ms=9, capsize=7, lw=2)
+        a1.text(0.5, 0.85, "%.1f%% delivered" % (100 * ratio), ha="center", fontsize=17, weight="bold",
+                transform=a1.transAxes)
+        a1.text(0.5, 0.12, "%d of %d pings, 95%% interval %.1f-%.1f%%\nzones: broken < %d%% < degraded < %d%%"
+                % (ok, pings, 100 * lo, 100 * hi, round(100 * th["delivery_broken"]),
+                   round(100 * th["delivery_degraded"])), ha="center", fontsize=8, color="#444",
+                transform=a1.transAxes)
+        a1.set_ylim(-1, 1)
+        a1.set_xlim(0, 1.0)
+        a1.set_yticks([])
+        a1.xaxis.set_major_formatter(_pct_formatter())
+        for sp in ("left", "right", "top"):
+            a1.spines[sp].set_visible(False)
+    else:
+        _empty(a1, "no pings in the telemetry")
+    a1.set_title("Ping delivery")
+    # by shortest path length
+    pr = probes[probes["probe"] == "ping"] if probes is not None and len(probes) else None
+    if pr is not None and len(pr) and pr["shortest"].notna().any():
+        known = pr[pr["shortest"].notna()]
+        g = known.groupby(known["shortest"].astype(int))["ok"].agg(["sum", "count"])
+        xs = list(g.index)
+        a2.bar(xs, g["sum"] / g["count"], color="#3182ce")
+        for x, k, n in zip(xs, g["sum"], g["count"]):
+            a2.text(x, min(k / float(n), 1.0) + 0.02, "%d/%d" % (k, n), ha="center", fontsize=7, rotation=90
+                    if len(xs) > 12 else 0, va="bottom")
+        a2.set_ylim(0, 1.25)
+        a2.yaxis.set_major_formatter(_pct_formatter())
+        a2.set_xlabel("shortest path between the ends (hops)")
+        a2.set_ylabel("delivered")
+        a2.set_xticks(xs if len(xs) <= 20 else xs[::max(1, len(xs) // 15)])
+    else:
+        _empty(a2, "no ping with a known shortest path\n(no topology, or no pings)")
+    a2.set_title("Delivery by path length")
     h = t["histograms"]
-    h = h[h["metric"] == "stretch"].sort_values("bin_start")
-    fig, ax = _fig(figsize=(7, 4))
-    if len(h):
-        ax.bar(h["bin_start"], h["count"], width=h["bin_width"], align="edge", color="C2", edgecolor="white")
-        for key, ls in (("stretch_mean", "--"), ("stretch_p95", ":")):
-            if s.get(key) is not None:
-                ax.axvline(s[key], color="k", ls=ls, lw=1, label="%s %.2f" % (key.split("_")[1], s[key]))
-        ax.legend(fontsize=8)
+    h = h[h["metric"] == "rtt_ms"].sort_values("bin_start") if len(h) else h
+    rtt = pr[pr["ok"] & pr["rtt_ms"].notna()]["rtt_ms"] if pr is not None and len(pr) else None
+    if rtt is not None and len(rtt) and rtt.min() == rtt.max():
+        _empty(a3, "all %d round trips took %.1f ms" % (len(rtt), rtt.iloc[0]))
+    elif rtt is not None and len(rtt):
+        import numpy as np
+        v = np.sort(rtt.to_numpy())
+        a3.step(v, np.arange(1, len(v) + 1) / float(len(v)), where="post", color="#805ad5")
+        for q, ls in ((s.get("rtt_ms_p50"), "--"), (s.get("rtt_ms_p95"), ":")):
+            if health.finite(q):
+                a3.axvline(q, color="k", ls=ls, lw=1)
+        a3.set_ylim(0, 1.02)
+        a3.yaxis.set_major_formatter(_pct_formatter())
+        a3.set_xlabel("round-trip time (ms)")
+        a3.set_ylabel("pings at or below")
+        a3.set_title("RTT (p50 %s ms, p95 %s ms)" % (_v(s.get("rtt_ms_p50"), 3), _v(s.get("rtt_ms_p95"), 3)))
+        a3.grid(alpha=0.3)
+    elif len(h):
+        a3.bar(h["bin_start"], h["count"], width=h["bin_width"], align="edge", color="#805ad5", edgecolor="white")
+        a3.set_xlabel("round-trip time (ms)")
+        a3.set_title("RTT")
     else:
-        _empty(ax, "no successful probes with a hop count on a known topology")
-    ax.set_xlabel("stretch (hops / shortest path)")
-    ax.set_ylabel("probes")
-    ax.set_title("Path stretch (%d probes)" % s.get("stretch_probes", 0))
-    ax.grid(alpha=0.3)
+        _empty(a3, "no round-trip times")
+    if not a3.get_title():
+        a3.set_title("Round-trip time")
     _save(fig, path)
+    return None
 
 
-def _plot_delivery(path, s, t):
-    ser = t["series"]
-    fig, (a1, a2) = _fig(1, 2, figsize=(11, 4))
-    p = ser[ser["series"] == "pings"].set_index("bucket")["value"]
-    ok = ser[ser["series"] == "pings_ok"].set_index("bucket")["value"]
-    if len(p):
-        step = max(1, int(len(p) / 60) + 1)
-        df = p.to_frame("pings").join(ok.to_frame("ok"), how="left").fillna(0)
-        df["group"] = (df.index // step) * step
-        g = df.groupby("group").sum()
-        a1.plot((g.index + step) * s["bucket_s"], g["ok"] / g["pings"], marker=".", color="C0")
-        a1.set_ylim(-0.02, 1.05)
+def _plot_stretch(path, s, t, probes):
+    """Stretch as a cumulative distribution (exact values, not bins), with
+    the value stated when every probe has the same stretch."""
+    import numpy as np
+    fig, ax = _fig(figsize=(8, 3.6))
+    vals = None
+    if probes is not None and len(probes) and "stretch" in probes:
+        v = probes["stretch"].dropna()
+        if len(v):
+            vals = np.sort(v.to_numpy())
+    note = None
+    if vals is not None and vals[0] == vals[-1]:
+        _discard(fig)
+        return "all %d probes have stretch %.2f%s" % (len(vals), vals[0], ": every path was a shortest path"
+                                                      if vals[0] == 1 else "")
+    elif vals is not None:
+        ax.step(vals, np.arange(1, len(vals) + 1) / float(len(vals)), where="post", color="#2f855a", lw=1.6)
+        share1 = float((vals <= 1.0 + 1e-9).mean())
+        ax.axhline(share1, color="#999", ls=":", lw=1)
+        ax.text(vals[-1], share1, "%.0f%% on a shortest path " % (100 * share1), ha="right", va="bottom",
+                fontsize=8, color="#555")
+        for q, ls, lab in ((s.get("stretch_p50"), "--", "p50"), (s.get("stretch_p95"), ":", "p95")):
+            if health.finite(q):
+                ax.axvline(q, color="k", ls=ls, lw=1, label="%s %.2f" % (lab, q))
+        ax.legend(fontsize=8, loc="lower right")
+        ax.set_xlim(min(1.0, vals[0]) - 0.02, vals[-1] + 0.05 * (vals[-1] - vals[0] or 1))
+        ax.set_ylim(0, 1.02)
+        ax.yaxis.set_major_formatter(_pct_formatter())
+        ax.set_ylabel("probes at or below")
+        ax.grid(alpha=0.3)
+        ax.set_xlabel("stretch (hops / shortest path)")
     else:
-        _empty(a1, "no pings")
-    a1.set_xlabel("time since start of data (s)")
-    a1.set_ylabel("delivered / sent")
-    ratio = s.get("ping_delivery_ratio")
-    a1.set_title("Ping delivery (overall %s)" % ("n/a" if ratio is None else "%.3f" % ratio))
-    a1.grid(alpha=0.3)
-    h = t["histograms"]
-    h = h[h["metric"] == "rtt_ms"].sort_values("bin_start")
-    if len(h):
-        a2.bar(h["bin_start"], h["count"], width=h["bin_width"], align="edge", color="C4", edgecolor="white")
-        if s.get("rtt_ms_p50") is not None:
-            a2.axvline(s["rtt_ms_p50"], color="k", ls="--", lw=1, label="p50 %.1f ms" % s["rtt_ms_p50"])
-            a2.axvline(s["rtt_ms_p95"], color="k", ls=":", lw=1, label="p95 %.1f ms" % s["rtt_ms_p95"])
-            a2.legend(fontsize=8)
-    else:
-        _empty(a2, "no round-trip times")
-    a2.set_xlabel("RTT (ms)")
-    a2.set_ylabel("pings")
-    a2.set_title("Ping round-trip time")
-    a2.grid(alpha=0.3)
+        h = t["histograms"]
+        h = h[h["metric"] == "stretch"] if len(h) else h
+        if len(h):
+            ax.bar(h["bin_start"], h["count"], width=h["bin_width"], align="edge", color="#2f855a")
+            ax.set_xlabel("stretch (hops / shortest path), bins of %.2g" % h["bin_width"].iloc[0])
+        else:
+            _discard(fig)
+            return "unknown: no successful probe with a hop count on a known topology"
+    ax.set_title("Path stretch over %d probes (mean %s)" % (s.get("stretch_probes") or 0,
+                                                            _v(s.get("stretch_mean"), 3)))
     _save(fig, path)
+    return note
 
 
-def _plot_occupancy(path, s, t):
+CONTROL_SERIES = ("tx_bytes", "tx")   # pipeline's per-bucket sums of the counters' increases
+
+
+def _plot_control(path, s, t):
+    """Control traffic (every frame type but traffic) sent per second by the
+    whole mesh, by frame type, from the `tx_bytes` series (contract 1), or
+    frames from `tx` when bytes are not in the telemetry."""
     ser = t["series"]
-    fig, (a1, a2) = _fig(1, 2, figsize=(11, 4))
-    occ = ser[ser["series"] == "occupancy_max_ratio"]
+    fig, ax = _fig(figsize=(11, 3.6))
+    b = float(s.get("bucket_s") or 1.0)
+    note = None
+    used = None
+    if len(ser):
+        for name in CONTROL_SERIES:
+            sub = ser[(ser["series"] == name) & (ser["key"] != "traffic")]
+            if len(sub):
+                used = (name, sub)
+                break
+    if used:
+        name, sub = used
+        p = sub.pivot_table(index="t_s", columns="key", values="value", aggfunc="sum").fillna(0).sort_index()
+        x = list(p.index - b)
+        ax.stackplot(x, *[p[k] / b for k in p.columns], labels=list(p.columns), step="post", alpha=0.85)
+        unit = "bytes/s" if name == "tx_bytes" else "frames/s"
+        ax.set_ylabel("control %s, whole mesh" % unit)
+        ax.legend(fontsize=8, loc="upper right", ncol=len(p.columns))
+        ax.grid(alpha=0.3)
+        ax.set_xlabel("time since start of data (s)")
+        total = float(p.to_numpy().sum())
+        n = max(1, (s.get("nodes") or 1) - (s.get("nodes_down_at_end") or 0))
+        dur = max(s.get("duration_s") or b, b)
+        ax.set_title("Control traffic sent (all frame types but traffic): %.1f %s per node on average"
+                     % (total / n / dur, unit))
+        if name == "tx":
+            note = "frames, not bytes: this telemetry has no tx_bytes"
+    else:
+        _discard(fig)
+        return ("unknown: this analysis has no control traffic over time (it needs `tx_bytes` in the "
+                "counters records and a current `snakemesh analyze`)")
+    _save(fig, path)
+    return note
+
+
+def _plot_bounding(path, s, t):
+    """Occupancy over time of the tables that bound the mesh (routes, peers,
+    depth): the largest used/capacity over the nodes in each bucket."""
+    ser = t["series"]
+    fig, ax = _fig(figsize=(11, 2.6))
+    occ = ser[(ser["series"] == "occupancy_max_ratio") & ser["key"].isin(health.BOUNDING_TABLES)] if len(ser) else ser
+    b = float(s.get("bucket_s") or 1.0)
     if len(occ):
-        for key, g in occ.groupby("key"):
+        for i, (key, g) in enumerate(sorted(occ.groupby("key"), key=lambda kv: kv[0])):
             g = g.sort_values("bucket")
-            a1.plot(g["t_s"], g["value"], label=key, lw=1)
-        a1.legend(fontsize=8)
-        a1.set_ylim(-0.02, 1.05)
+            ax.step(g["t_s"] - b, g["value"], where="post", label=key, lw=1.5)
+        ax.axhline(1.0, color="#e53e3e", ls=":", lw=1)
+        ax.set_ylim(-0.02, 1.1)
+        ax.yaxis.set_major_formatter(_pct_formatter())
+        ax.legend(fontsize=8, loc="lower right")
+        ax.grid(alpha=0.3)
+        ax.set_xlabel("time since start of data (s)")
+        ax.set_ylabel("fullest node")
     else:
-        _empty(a1, "no occupancy counters")
-    a1.set_xlabel("time since start of data (s)")
-    a1.set_ylabel("max used / capacity over nodes")
-    a1.set_title("Table occupancy (max %s)" % (
-        "n/a" if s.get("table_occupancy_max") is None else "%.2f" % s["table_occupancy_max"]))
-    a1.grid(alpha=0.3)
-    bars = [("evict " + k, v) for k, v in sorted(s.get("evictions_by_table", {}).items())]
-    bars += [("drop " + k, v) for k, v in sorted(s.get("drops_by_reason", {}).items())]
-    if bars:
-        a2.barh([b[0] for b in bars], [b[1] for b in bars],
-                color=["C3" if b[0].startswith("evict") else "C7" for b in bars])
-    else:
-        _empty(a2, "no evictions or drops")
-    a2.set_xlabel("count")
-    a2.set_title("Evictions by table, drops by reason")
+        _discard(fig)
+        return "no occupancy of routes/peers/depth over time in the telemetry"
+    ax.set_title("Tables that bound the mesh: the fullest node's used / capacity")
     _save(fig, path)
-
-
-def _plot_topology(path, s, t):
-    import networkx as nx
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyArrowPatch
-    nodes = t["nodes"]
-    topo = t["topology"]
-    g = nx.Graph()
-    g.add_nodes_from(nodes["node"])
-    if len(topo):
-        last = topo[topo["epoch"] == topo["epoch"].max()]
-        g.add_edges_from(zip(last["a"], last["b"]))
-    n = g.number_of_nodes()
-    fig, ax = _fig(figsize=(9, 8))
-    if n == 0:
-        _empty(ax, "no nodes")
-        _save(fig, path)
-        return
-    if g.number_of_edges():
-        pos = nx.spring_layout(g, seed=7, iterations=200 if n <= 300 else 50)
-    else:  # no topology: the snake is a ring ordered by key
-        pos = nx.circular_layout(sorted(g.nodes()))
-    info = nodes.set_index("node")
-    depth = [info.at[x, "depth"] if x in info.index else None for x in g.nodes()]
-    known = [d for d in depth if d is not None and d == d]
-    vmax = max(known) if known else 1
-    cmap = plt.get_cmap("viridis")
-    colours = [cmap(float(d) / max(vmax, 1)) if d is not None and d == d else (0.8, 0.8, 0.8, 1) for d in depth]
-    size = 300 if n <= 60 else (80 if n <= 300 else 15)
-    nx.draw_networkx_edges(g, pos, ax=ax, edge_color="#bbbbbb", width=1)
-    nx.draw_networkx_nodes(g, pos, ax=ax, node_color=colours, node_size=size, edgecolors="k", linewidths=0.5)
-    if n <= 300:
-        labels = {}
-        for x in g.nodes():
-            rank = info.at[x, "rank"] if x in info.index else "?"
-            name = info.at[x, "name"] if x in info.index else None
-            labels[x] = ("%s\n#%s" % (name, rank)) if (name and n <= 60) else "%s" % rank
-        for x, c in zip(g.nodes(), colours):
-            light = 0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2] > 0.5
-            ax.text(pos[x][0], pos[x][1], labels[x], ha="center", va="center",
-                    fontsize=7 if n <= 60 else 5, color="k" if light else "w", zorder=5)
-    for x in g.nodes():
-        if x not in info.index:
-            continue
-        d = info.at[x, "desc"]
-        if d is None or d != d or d not in pos:
-            continue
-        ok = bool(info.at[x, "correct_final"])
-        ax.add_patch(FancyArrowPatch(pos[x], pos[d], arrowstyle="-|>", mutation_scale=8,
-                                     connectionstyle="arc3,rad=0.2", lw=0.8,
-                                     color="C3" if ok else "k", ls="-" if ok else "--", alpha=0.8))
-    sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(vmin=0, vmax=max(vmax, 1)))
-    fig.colorbar(sm, ax=ax, shrink=0.6, label="tree depth")
-    ax.set_title("Topology (%s): colour = tree depth, label = snake rank (1 = lowest key),\n"
-                 "red arrows = descending links (dashed black = wrong at the end)" % s.get("topology_source"),
-                 fontsize=9)
-    ax.set_axis_off()
-    _save(fig, path)
+    return None
 
 
 # -- HTML -------------------------------------------------------------------------
 
 def _v(x, digits=4):
+    x = health.clean(x)
     if x is None:
         return "n/a"
     if isinstance(x, float):
-        if x != x:
+        if math.isinf(x):
             return "n/a"
         return ("%." + str(digits) + "g") % x
     return html.escape(str(x))
 
 
-def _table(headers, rows):
-    out = ["<table><tr>%s</tr>" % "".join("<th>%s</th>" % html.escape(h) for h in headers)]
+def _e(x):
+    return html.escape(str(x), quote=True)
+
+
+def _unknown(why):
+    return "<span class='unk' title='%s'>unknown</span>" % _e(why)
+
+
+def _table(headers, rows, cls=""):
+    out = ["<table%s><tr>%s</tr>" % (" class='%s'" % cls if cls else "",
+                                     "".join("<th>%s</th>" % html.escape(h) for h in headers))]
     for r in rows:
         out.append("<tr>%s</tr>" % "".join("<td>%s</td>" % _v(c) for c in r))
     out.append("</table>")
+    return "\n".join(out)
+
+
+CSS = """
+body{font-family:"DejaVu Sans",Arial,sans-serif;max-width:1180px;margin:1.2em auto;padding:0 12px;color:#1a202c}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #e2e8f0;padding-bottom:4px}
+.sub{color:#4a5568;font-size:13px;margin:0 0 12px}
+.verdict{border-radius:8px;padding:12px 18px;margin:10px 0 14px;border:2px solid}
+.verdict .word{font-size:30px;font-weight:bold;letter-spacing:1px;text-transform:uppercase}
+.verdict.healthy{background:#f0fff4;border-color:#38a169}.verdict.healthy .word{color:#276749}
+.verdict.degraded{background:#fffaf0;border-color:#dd6b20}.verdict.degraded .word{color:#c05621}
+.verdict.broken{background:#fff5f5;border-color:#e53e3e}.verdict.broken .word{color:#c53030}
+.verdict ul{margin:6px 0 0;padding-left:0;list-style:none}.verdict li{margin:3px 0;font-size:14px}
+.lv{display:inline-block;min-width:74px;font-size:11px;font-weight:bold;text-transform:uppercase;
+ border-radius:3px;padding:1px 5px;margin-right:6px;text-align:center;color:white}
+.lv.healthy{background:#38a169}.lv.degraded{background:#dd6b20}.lv.broken{background:#e53e3e}
+.lv.note,.lv.unknown{background:#a0aec0}
+.tiles{display:flex;flex-wrap:wrap;gap:8px;margin:8px 0}
+.tile{border:1px solid #e2e8f0;border-left:5px solid #a0aec0;border-radius:5px;padding:6px 10px;min-width:150px;flex:1}
+.tile .k{font-size:12px;color:#4a5568}.tile .v{font-size:20px;font-weight:bold}.tile .d{font-size:11px;color:#718096}
+.tile.healthy{border-left-color:#38a169}.tile.degraded{border-left-color:#dd6b20}.tile.broken{border-left-color:#e53e3e}
+table{border-collapse:collapse;margin:6px 0 14px}td,th{border:1px solid #e2e8f0;padding:3px 7px;font-size:13px;
+ text-align:left;vertical-align:top}th{background:#f7fafc}
+table.nodes td.num{text-align:right}table.nodes tr.broken{background:#fff5f5}table.nodes tr.degraded{background:#fffaf0}
+table.nodes tr.unknown{background:#f7fafc}table.nodes tr.broken td:first-child{border-left:5px solid #e53e3e}
+table.nodes tr.degraded td:first-child{border-left:5px solid #dd6b20}table.nodes tr.unknown td:first-child{border-left:5px solid #a0aec0}
+table.nodes tr.healthy td:first-child{border-left:5px solid #38a169}
+.key{font-family:monospace;color:#718096;font-size:11px}.nw{white-space:nowrap}.bad{color:#c53030;font-weight:bold}.good{color:#276749}
+.unk{color:#718096;font-style:italic;border-bottom:1px dotted #a0aec0;cursor:help}
+.issues{font-size:12px;color:#4a5568;max-width:360px}
+.muted{color:#718096}.muted table td,.muted table th{color:#718096}
+.caches{border:1px dashed #cbd5e0;border-radius:6px;padding:4px 14px;background:#fcfcfd}
+.meter{display:inline-block;width:80px;height:8px;background:#edf2f7;border-radius:4px;vertical-align:middle;margin-right:6px}
+.meter i{display:block;height:8px;border-radius:4px;background:#3182ce}.meter.full i{background:#e53e3e}
+.caches .meter i{background:#a0aec0}
+img{max-width:100%;border:1px solid #edf2f7;margin:4px 0}
+.draw{border:1px solid #e2e8f0;border-radius:6px;overflow:auto;max-height:1200px}
+.lg{display:inline-block;margin-right:14px;font-size:13px;white-space:nowrap}.lg svg{vertical-align:middle}
+.note{font-size:13px;color:#4a5568}.stat{font-size:16px;font-weight:bold;margin:6px 0}
+.draw svg{display:block;margin:0 auto}details summary{cursor:pointer;color:#2b6cb0;font-size:14px;margin:6px 0}
+"""
+
+
+def _source_name(s):
+    return {"telemetry": "topology records", "file": "--topology file", "peers": "peers records (links seen)",
+            "none": "none (no topology)"}.get(s.get("topology_source"), s.get("topology_source"))
+
+
+def _html(s, t, rows, level, reasons, svgs, notes, drew, missing):
+    rows_sorted = health.sort_worst_first(rows)
+    by = dict((r["node"], r) for r in rows)
+    p = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+         "<title>snakemesh: %s (%d nodes)</title><style>%s</style></head><body>" % (level, s["nodes"], CSS),
+         "<h1>snakemesh mesh report</h1>",
+         "<p class='sub'>%d nodes &middot; %s s of telemetry &middot; %d records (%d rejected) &middot; "
+         "topology from %s</p>" % (s["nodes"], _v(s.get("duration_s"), 4), s.get("records") or 0,
+                                    s.get("rejected_records") or 0, _e(_source_name(s)))]
+    # verdict
+    p.append("<section id='verdict' class='verdict %s' data-verdict='%s'>" % (level, level))
+    bad = [r for r in rows if r.get("status") in (health.BROKEN, health.DEGRADED)]
+    p.append("<div class='word'>%s</div>" % level)
+    p.append("<div>%s</div>" % {
+        health.HEALTHY: "Every rule below passed.",
+        health.DEGRADED: "The mesh works, but %d node%s need%s attention." % (
+            len(bad), "" if len(bad) == 1 else "s", "s" if len(bad) == 1 else ""),
+        health.BROKEN: "The mesh does not work as it should: see the red reasons.",
+    }[level])
+    p.append("<ul>")
+    for x in reasons:
+        p.append("<li><span class='lv %s'>%s</span>%s</li>" % (x["level"], "ok" if x["level"] == health.HEALTHY
+                                                               else x["level"], _e(x["text"])))
+    p.append("</ul><div class='note'>Rules and thresholds: docs/PIPELINE.md, &ldquo;Health verdict&rdquo;."
+             "</div></section>")
+    p.append(_tiles(s, rows))
+
+    # nodes
+    n_bad = sum(1 for r in rows if r.get("status") != health.HEALTHY)
+    p.append("<h2 id='nodes-title'>Nodes, worst first (%d of %d need attention)</h2>" % (n_bad, len(rows)))
+    cols = _node_columns(rows)
+    absent = [why for c, why in OPTIONAL_COLUMNS if c not in cols]
+    if absent:
+        p.append("<p class='note'>Not in this telemetry, for any node: %s.</p>" % _e("; ".join(absent)))
+    p.append(_node_table(rows_sorted[:ROWS_OPEN], cols, by, "nodes"))
+    rest = rows_sorted[ROWS_OPEN:]
+    if rest:
+        more_bad = sum(1 for r in rest if r.get("status") != health.HEALTHY)
+        p.append("<details><summary>show the other %d nodes (%s)</summary>" % (
+            len(rest), "%d of them need attention" % more_bad if more_bad else "all healthy"))
+        p.append(_node_table(rest, cols, by, "nodes-more"))
+        p.append("</details>")
+
+    # drawings
+    p.append("<h2>Spanning tree and links</h2>")
+    p.append("<p class='note'>The tree as the nodes reported it at the end: root in the middle (ringed), "
+             "depth as rings, thick lines are parent links, thin ones the other links of the last topology "
+             "epoch. Hover a node for its key and issues; <a href='tree.svg'>tree.svg</a> opens full size.</p>")
+    p.append("<div>%s</div><div class='draw' id='tree'>%s</div>" % (topo_svg.legend_html(), svgs["tree"]))
+    p.append("<h2>Snake</h2>")
+    p.append("<p class='note'>Nodes in key order around the ring (lowest key at the top, rising clockwise); "
+             "each arrow goes from a node to its descending neighbour (the next lower key it reported). "
+             "Right: a short green arrow to the next node anticlockwise (or over nodes of another component). "
+             "Wrong: a red chord; the grey dashed arrow is where it should point. "
+             "<a href='snake.svg'>snake.svg</a> opens full size.</p>")
+    p.append("<div class='draw' id='snake'>%s</div>" % svgs["snake"])
+
+    # plots
+    p.append("<h2>Convergence</h2>")
+    p.append(_img("convergence", drew, "convergence over time"))
+    p.append("<p class='note'>Each step is the state at the end of its %s s bucket; the shaded band is the "
+             "bucket in which the tree (blue) or the snake (orange) converged for good, the dashed line the exact "
+             "time.%s</p>" % (_v(s.get("bucket_s"), 3), (" " + _e(notes["convergence"]) + ".")
+                              if notes.get("convergence") else ""))
+    ep = s.get("epochs", [])
+    if len(ep) > 1:
+        p.append(_table(["epoch", "start (s)", "end (s)", "components", "links", "nodes down",
+                         "tree converged after (s)", "snake converged after (s)"],
+                        [(e["epoch"], e["start_s"], e["end_s"], e["components"], e["links"], e.get("nodes_down"),
+                          e["tree_converged_s"], e["snake_converged_s"]) for e in ep]))
+    p.append("<h2>Delivery and latency</h2>" + _img("delivery", drew, "delivery and RTT"))
+    p.append("<h2>Path stretch</h2>" + _img("stretch", drew, "stretch distribution"))
+    if notes.get("stretch"):
+        p.append("<p class='%s' id='stretch-note'>Stretch: %s.</p>" % ("stat" if not drew["stretch"] else "note",
+                                                                      _e(notes["stretch"])))
+    p.append("<h2>Control traffic</h2>" + _img("control", drew, "control traffic over time"))
+    if notes.get("control"):
+        p.append("<p class='note'>Control traffic: %s.</p>" % _e(notes["control"]))
+
+    # tables that matter, caches apart
+    p.append("<h2>Tables that bound the mesh</h2>")
+    p.append(_img("bounding", drew, "occupancy of routes, peers, depth"))
+    p.append(_bounding_table(s, rows))
+    p.append(_caches(s))
+    p.append(_drops(s))
+
+    an = t["anomalies"]
+    p.append("<h2>Anomalies (%d)</h2>" % len(an))
+    if len(an):
+        p.append(_table(["node", "anomaly", "detail"],
+                        [(_name_of(by, r.node), r.anomaly, r.detail) for r in an.head(300).itertuples()]))
+    else:
+        p.append("<p class='note'>None.</p>")
+    p.append("<h2>Rejected lines (%d)</h2>" % (s.get("rejected_records") or 0))
+    if s.get("rejected_by_reason"):
+        p.append(_table(["reason", "lines"], sorted(s["rejected_by_reason"].items())))
+        p.append("<p class='note'>The lines are in <code>rejects/</code> in the analysis folder.</p>")
+    if missing:
+        p.append("<p class='note bad'>Missing or unreadable in the analysis folder: %s (re-run "
+                 "<code>snakemesh analyze</code>); the parts of this page that need them say unknown.</p>"
+                 % _e(", ".join(missing)))
+    p.append("<details><summary>all figures from summary.json</summary>")
+    p.append(_table(["figure", "value"], [(label, s.get(k)) for k, label in HEADLINE]))
+    p.append("</details>")
+    p.append("<p class='muted' style='font-size:12px'>analysis wall time %s s on %s</p></body></html>"
+             % (_v(s.get("wall_time_s")), _e(s.get("master"))))
+    return "\n".join(p)
+
+
+def _img(name, drew, alt):
+    return "<img src='%s.png' alt='%s'>" % (name, _e(alt)) if drew.get(name) else ""
+
+
+def _name_of(by, node):
+    r = by.get(node)
+    return health.label(r) if r else (node or "?")[:8]
+
+
+def _tile(title, value, detail, level=None):
+    return ("<div class='tile %s'><div class='k'>%s</div><div class='v'>%s</div><div class='d'>%s</div></div>"
+            % (level or "", _e(title), value, detail))
+
+
+def _tiles(s, rows):
+    n = len(rows)
+    lost = [r for r in rows if r.get("down_at_end") or "silent" in (r.get("anomalies") or [])]
+    up = n - len(lost)
+    judged = [r for r in rows if r.get("snake_ok") is not None]
+    right = sum(1 for r in judged if r["snake_ok"])
+    t = []
+    t.append(_tile("nodes up at the end", "%d / %d" % (up, n),
+                   "%d down or silent" % len(lost) if lost else "none lost",
+                   health.HEALTHY if not lost else health.DEGRADED))
+    off = [r for r in rows if r.get("root_agrees") is False]
+    tree_t = (s.get("epochs") or [{}])[-1].get("tree_converged_s") if s.get("epochs") else s.get("tree_converged_s")
+    t.append(_tile("spanning tree", "agreed" if not off and tree_t is not None else
+                   ("%d off root" % len(off) if off else "not agreed"),
+                   "after %.2f s" % tree_t if tree_t is not None else "at the end of the data",
+                   health.BROKEN if off or tree_t is None else health.HEALTHY))
+    t.append(_tile("snake correct", "%d / %d" % (right, len(judged)) if judged else _unknown("no state records"),
+                   "descending neighbours right at the end",
+                   None if not judged else (health.HEALTHY if right == len(judged) else health.BROKEN)))
+    pings = s.get("pings") or 0
+    if pings:
+        r = s["ping_delivery_ratio"]
+        th = health.THRESHOLDS
+        lv = (health.BROKEN if r < th["delivery_broken"] else health.DEGRADED if r < th["delivery_degraded"]
+              else health.HEALTHY) if pings >= th["min_pings"] else None
+        t.append(_tile("ping delivery", "%.1f%%" % (100 * r), "%d of %d pings" % (s.get("pings_ok") or 0, pings), lv))
+    else:
+        t.append(_tile("ping delivery", _unknown("no pings in the telemetry"), "no pings"))
+    t.append(_tile("round trip p50 / p95", "%s / %s ms" % (_v(s.get("rtt_ms_p50"), 3), _v(s.get("rtt_ms_p95"), 3))
+                   if s.get("rtt_ms_p50") is not None else _unknown("no successful pings"),
+                   "successful pings"))
+    t.append(_tile("path stretch p50 / p95", "%s / %s" % (_v(s.get("stretch_p50"), 3), _v(s.get("stretch_p95"), 3))
+                   if s.get("stretch_p50") is not None else _unknown("no probe with hops on a known topology"),
+                   "hops / shortest path, %d probes" % (s.get("stretch_probes") or 0)))
+    problem = dict((k, v) for k, v in (s.get("drops_by_reason") or {}).items() if v and health.is_problem_drop(k))
+    routine = sum(v for k, v in (s.get("drops_by_reason") or {}).items() if not health.is_problem_drop(k))
+    droppers = sum(1 for r in rows if any(i["code"] in ("drops", "no_memory") for i in r.get("issues") or []))
+    t.append(_tile("problem drops", "%d" % sum(problem.values()),
+                   "%d routine drops not counted" % routine,
+                   health.DEGRADED if droppers else health.HEALTHY))
+    heaps = [r["mem_free_min"] for r in rows if r.get("mem_free_min") is not None]
+    if heaps:
+        low = min(heaps)
+        t.append(_tile("lowest free heap", health._bytes(low), "smallest mem_free of any node",
+                       health.DEGRADED if low < health.THRESHOLDS["heap_low"] else health.HEALTHY))
+    else:
+        t.append(_tile("lowest free heap", _unknown("no node reported mem_free (e.g. the simulator)"), "no figures"))
+    return "<div class='tiles' id='tiles'>%s</div>" % "".join(t)
+
+
+NODE_COLUMNS = ("status", "node", "profile", "peers", "depth", "root", "snake", "problem drops", "free heap",
+                "last seen", "issues")
+OPTIONAL_COLUMNS = (("profile", "board profile (the state records carry no `profile`)"),
+                    ("free heap", "free heap (the counters carry no `mem_free`; the simulator reports none)"))
+
+
+def _node_columns(rows):
+    cols = list(NODE_COLUMNS)
+    if not any(r.get("profile") for r in rows):
+        cols.remove("profile")
+    if not any(r.get("mem_free_min") is not None for r in rows):
+        cols.remove("free heap")
+    return cols
+
+
+def _node_table(rows, cols, by, table_id):
+    out = ["<table class='nodes' id='%s'><tr>%s</tr>" % (table_id, "".join("<th>%s</th>" % h for h in cols))]
+    for r in rows:
+        st = r.get("status") or health.UNKNOWN
+        has_state = bool(r.get("state_records"))
+        why_state = ("down at the end" if r.get("down_at_end") else
+                     "no telemetry from this node" if not r.get("records") else "no state record from this node")
+        cells = []
+        cells.append("<span class='lv %s'>%s</span>" % (st, st))
+        name = r.get("name")
+        if name:
+            cells.append("<b>%s</b><br><span class='key' title='%s'>%s</span>" % (_e(name), _e(r["node"]),
+                                                                                 _e(r["short"])))
+        else:
+            cells.append("<b class='key' title='%s'>%s</b>" % (_e(r["node"]), _e(r["short"])))
+        cells.append(_e(r["profile"]) if r.get("profile") else _unknown("state records carry no board profile"))
+        if r.get("peers") is not None or r.get("links"):
+            links = r.get("links") or {}
+            detail = ", ".join("%s %d" % (k, v) for k, v in sorted(links.items()))
+            cells.append("<span class='nw'>%s%s</span>" % ("?" if r.get("peers") is None else r["peers"],
+                                                          " <span class='key'>%s</span>" % _e(detail) if detail else ""))
+        else:
+            cells.append(_unknown(why_state))
+        cells.append(_v(r.get("depth")) if has_state and r.get("depth") is not None else _unknown(why_state))
+        if not has_state or r.get("down_at_end"):
+            cells.append(_unknown(why_state))
+        elif r.get("root_agrees") is False:
+            cells.append("<span class='bad'>&#10007; other root</span><br><span class='key'>%s</span>"
+                         % _e((r.get("root") or "")[:8]))
+        elif r.get("root_agrees") is True:
+            cells.append("<span class='good'>&#10003;</span>%s" % (" <b>root</b>" if r.get("root") == r["node"] else ""))
+        else:
+            cells.append(_unknown("root agreement not computed"))
+        if r.get("snake_ok") is None:
+            cells.append(_unknown(why_state if not has_state or r.get("down_at_end") else "not judged"))
+        elif r["snake_ok"]:
+            cells.append("<span class='good'>&#10003;</span>")
+        else:
+            cells.append("<span class='bad'>&#10007;</span> <span class='nw'>&rarr; %s</span> "
+                         "<span class='key nw'>want %s</span>" % (
+                _e(_name_of(by, r.get("desc")) if r.get("desc") else "none"),
+                _e(_name_of(by, r.get("expected_desc")) if r.get("expected_desc") else "none")))
+        pdrops = health.problem_drops(r)
+        alld = r.get("drops") or {}
+        title = ", ".join("%s %d" % kv for kv in sorted(alld.items())) or "no drops"
+        if r.get("rx_total") is None and not alld:
+            cells.append(_unknown("no counters records from this node"))
+        else:
+            txt = "%d" % sum(pdrops.values())
+            if pdrops:
+                txt += " <span class='key'>(%s)</span>" % _e(health._top(pdrops, 2))
+            cells.append("<span title='%s'>%s</span>" % (_e("all drops: " + title), txt))
+        if r.get("mem_free_min") is not None:
+            cells.append("%s<br><span class='key'>last %s</span>" % (health._bytes(r["mem_free_min"]),
+                                                                    health._bytes(r.get("mem_free_last"))))
+        else:
+            cells.append(_unknown("no mem_free in this node's counters (the simulator reports none)"))
+        ls = r.get("last_seen_s")
+        if ls is None:
+            cells.append(_unknown("no record from this node"))
+        else:
+            cells.append("at the end" if ls < 1.0 else "%.0f s before the end" % ls)
+        cells.append("<div class='issues'>%s</div>" % "<br>".join(_e(i["text"]) for i in r.get("issues") or []))
+        cells = dict(zip(NODE_COLUMNS, cells))
+        out.append("<tr class='%s' data-node='%s'>%s</tr>" % (st, _e(r["node"]), "".join(
+            "<td%s>%s</td>" % (" class='num'" if c == "depth" else "", cells[c]) for c in cols)))
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def _meter(ratio, cls=""):
+    if ratio is None:
+        return ""
+    ratio = max(0.0, min(1.0, float(ratio)))
+    return "<span class='meter %s'><i style='width:%d%%'></i></span>" % (cls, round(100 * ratio))
+
+
+def _bounding_table(s, rows):
+    occ = s.get("occupancy_by_table") or {}
+    cw = health.capacity_warnings(s, rows)
+    out = []
+    body = []
+    for table in health.BOUNDING_TABLES:
+        o = occ.get(table)
+        hits = [w for w in cw if w[1] == table]
+        refused = sum((w[4] or 0) for w in hits)
+        caps = [r["capacity"][table] for r in rows if isinstance((r.get("capacity") or {}).get(table), (list, tuple))]
+        if o is None and not caps:
+            continue
+        mx = o["max"] if o else max((c[0] or 0) for c in caps)
+        cap = o["capacity"] if o else max((c[1] or 0) for c in caps)
+        ratio = (mx / float(cap)) if cap else None
+        body.append("<tr><td>%s</td><td>%s%s / %s</td><td>%d</td><td>%s</td></tr>" % (
+            table, _meter(ratio, "full" if ratio is not None and ratio >= 1 else ""), _v(mx), _v(cap), len(hits),
+            _v(refused) if any(w[4] is not None for w in hits) else ("0" if not hits else _unknown(
+                "no `capacity` in the counters yet: refused entries are not reported"))))
+    if body:
+        out.append("<table><tr><th>table</th><th>fullest node (used / capacity)</th><th>nodes full or refusing"
+                   "</th><th>refused</th></tr>%s</table>" % "".join(body))
+    else:
+        out.append("<p class='note'>No routes/peers/depth figures in the telemetry.</p>")
+    if cw:
+        by = dict((r["node"], r) for r in rows)
+        out.append("<p class='note'>Full or refusing: %s.</p>" % _e(", ".join(
+            "%s %s %s/%s" % (_name_of(by, w[0]), w[1], w[2], w[3]) for w in cw[:30])
+            + (" and %d more" % (len(cw) - 30) if len(cw) > 30 else "")))
+    return "\n".join(out)
+
+
+def _caches(s):
+    occ = s.get("occupancy_by_table") or {}
+    ev = s.get("evictions_by_table") or {}
+    names = sorted(set(k for k in list(occ) + list(ev) if k not in health.BOUNDING_TABLES))
+    out = ["<div class='caches muted' id='caches'><h2 style='border:none'>Caches (expected to run full)</h2>",
+           "<p class='note'>%s. A full cache evicts its oldest entries; that costs an occasional repeated "
+           "signature check or wakeup, not a lost route.</p>" % _e(health.CACHE_TABLES_NOTE.capitalize())]
+    if names:
+        rows = []
+        for k in names:
+            o = occ.get(k) or {}
+            ratio = o.get("max_ratio")
+            rows.append("<tr><td>%s</td><td>%s%s / %s</td><td>%s</td></tr>" % (
+                _e(k), _meter(ratio), _v(o.get("max")), _v(o.get("capacity")), _v(ev.get(k, 0))))
+        out.append("<table><tr><th>cache</th><th>fullest node</th><th>evictions</th></tr>%s</table>" % "".join(rows))
+    else:
+        out.append("<p class='note'>No cache figures in the telemetry.</p>")
+    out.append("</div>")
+    return "\n".join(out)
+
+
+DROP_HELP = {
+    "malformed": "the codec rejected the frame", "oversize": "larger than the profile's frame_max",
+    "unknown_port": "frame from a port that is not up", "unknown_type": "frame type not handled",
+    "hop_limit": "traffic hop limit exhausted at a relay (also each step of a trace)",
+    "loop": "next hop is the port the frame came in on", "watermark": "watermark worse than the frame's",
+    "no_route": "traffic reached a dead end", "queue_full": "output queue of the next hop full",
+    "bootstrap_root": "bootstrap for another root", "bootstrap_replay": "bootstrap not newer than the route",
+    "bootstrap_self": "our own bootstrap came back", "bad_signature": "signature check failed",
+    "route_table_full": "route table full, new route less useful than every existing one",
+    "wakeup_root": "wakeup for another root", "wakeup_dup": "wakeup repeated or too soon",
+    "wakeup_hop_limit": "wakeup not relayed at hop limit 1", "sanity": "announcement failed a sanity check",
+    "no_buffer": "no frame buffer free", "too_deep": "announcement deeper than max_hops",
+    "no_memory": "MemoryError while handling the frame",
+}
+
+
+def _drops(s):
+    d = s.get("drops_by_reason") or {}
+    problem = sorted(((k, v) for k, v in d.items() if v and health.is_problem_drop(k)), key=lambda kv: -kv[1])
+    routine = sorted(((k, v) for k, v in d.items() if v and not health.is_problem_drop(k)), key=lambda kv: -kv[1])
+    out = ["<h2>Drops by reason</h2>"]
+    if problem:
+        out.append("<table><tr><th>problem drop</th><th>frames</th><th>meaning</th></tr>%s</table>" % "".join(
+            "<tr><td>%s</td><td>%d</td><td>%s</td></tr>" % (_e(k), v, _e(DROP_HELP.get(k, ""))) for k, v in problem))
+    else:
+        out.append("<p class='note'>No problem drops.</p>")
+    if routine:
+        out.append("<div class='muted'><p class='note'>Routine drops (the protocol suppressing duplicates and stale "
+                   "frames; not a problem):</p><table><tr><th>drop</th><th>frames</th><th>meaning</th></tr>%s"
+                   "</table></div>" % "".join("<tr><td>%s</td><td>%d</td><td>%s</td></tr>" % (
+                       _e(k), v, _e(DROP_HELP.get(k, ""))) for k, v in routine))
     return "\n".join(out)
 
 
@@ -277,46 +814,7 @@ HEADLINE = (
     ("snake_correct_ratio_final", "snake correct at end"), ("ping_delivery_ratio", "ping delivery ratio"),
     ("rtt_ms_p50", "RTT p50 (ms)"), ("rtt_ms_p95", "RTT p95 (ms)"), ("stretch_mean", "stretch mean"),
     ("stretch_p50", "stretch p50"), ("stretch_p95", "stretch p95"), ("stretch_max", "stretch max"),
-    ("table_occupancy_max", "table occupancy max"), ("evictions", "evictions"),
-    ("drops_total", "drops"), ("verify_done", "signature verifications"),
+    ("table_occupancy_max", "table occupancy max (caches included)"), ("evictions", "evictions (caches included)"),
+    ("drops_total", "drops (routine included)"), ("verify_done", "signature verifications"),
     ("verify_skipped", "verifications skipped"), ("anomalies", "anomalies"),
 )
-
-
-def _html(s, t):
-    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>snakemesh analysis</title>",
-             "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-             "table{border-collapse:collapse;margin:0.5em 0 1.5em}td,th{border:1px solid #ccc;"
-             "padding:3px 8px;font-size:13px;text-align:left}th{background:#f3f3f3}"
-             "img{max-width:100%;border:1px solid #eee;margin:0.5em 0}</style></head><body>",
-             "<h1>snakemesh mesh analysis</h1>",
-             "<p>%d nodes, %s s of telemetry, %d records (%d rejected).</p>" % (
-                 s["nodes"], _v(s["duration_s"]), s["records"], s["rejected_records"]),
-             "<h2>Headline figures</h2>",
-             _table(["figure", "value"], [(label, s.get(k)) for k, label in HEADLINE])]
-    parts.append("<h2>Convergence</h2><img src='convergence.png' alt='convergence over time'>")
-    ep = s.get("epochs", [])
-    parts.append(_table(["epoch", "start (s)", "end (s)", "components", "links", "tree converged after (s)",
-                         "snake converged after (s)"],
-                        [(e["epoch"], e["start_s"], e["end_s"], e["components"], e["links"],
-                          e["tree_converged_s"], e["snake_converged_s"]) for e in ep]))
-    parts.append("<h2>Path stretch</h2><img src='stretch.png' alt='stretch histogram'>")
-    parts.append("<h2>Delivery and latency</h2><img src='delivery_rtt.png' alt='delivery and RTT'>")
-    parts.append("<h2>Tables, evictions, drops</h2><img src='occupancy.png' alt='occupancy'>")
-    occ = s.get("occupancy_by_table", {})
-    parts.append(_table(["table", "max used", "capacity", "max ratio", "evictions"],
-                        [(k, v["max"], v["capacity"], v["max_ratio"], s.get("evictions_by_table", {}).get(k, 0))
-                         for k, v in sorted(occ.items())]))
-    parts.append(_table(["drop reason", "count"], sorted(s.get("drops_by_reason", {}).items())))
-    parts.append("<h2>Topology and snake</h2><img src='topology.png' alt='topology drawing'>")
-    an = t["anomalies"]
-    parts.append("<h2>Anomalies (%d)</h2>" % len(an))
-    if len(an):
-        parts.append(_table(["node", "name", "anomaly", "detail"],
-                            [(r.node[:16], r.name, r.anomaly, r.detail) for r in an.head(200).itertuples()]))
-    parts.append("<h2>Rejected lines</h2>")
-    parts.append(_table(["reason", "lines"], sorted(s.get("rejected_by_reason", {}).items())) +
-                 "<p>The rejected lines are in <code>rejects/</code> next to this report's folder.</p>")
-    parts.append("<p style='color:#888;font-size:12px'>analysis wall time %s s on %s</p></body></html>"
-                 % (_v(s.get("wall_time_s")), html.escape(str(s.get("master")))))
-    return "\n".join(parts)

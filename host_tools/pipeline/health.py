@@ -1,0 +1,532 @@
+"""Is the mesh healthy, and where not? The rules behind the report's verdict.
+
+Pure functions over what `analyze` wrote (summary.json and one row per node):
+no Spark, no plotting. Every rule and threshold is here, in one place, and
+documented in docs/PIPELINE.md ("Health verdict"):
+
+    rows = load_nodes(out_dir, summary)      # one dict per node
+    judge_nodes(rows, summary)               # row["issues"], row["status"]
+    level, reasons = verdict(summary, rows)  # "healthy" / "degraded" / "broken"
+
+A rule that has no data to look at (no pings, no heap figures, no capacity
+telemetry) does not pass or fail: it adds a note saying what is unknown.
+"""
+import json
+import math
+import os
+
+HEALTHY, DEGRADED, BROKEN = "healthy", "degraded", "broken"
+UNKNOWN = "unknown"   # a node we cannot judge (no state record)
+NOTE = "note"         # a reason that does not change the verdict
+LEVELS = (HEALTHY, DEGRADED, BROKEN)
+_RANK = {NOTE: 0, HEALTHY: 0, UNKNOWN: 1, DEGRADED: 2, BROKEN: 3}
+
+# Thresholds for a field mesh (docs/PIPELINE.md, "Health verdict").
+THRESHOLDS = {
+    "min_pings": 10,                  # fewer pings: delivery is a note, not a verdict
+    "delivery_degraded": 0.95,        # ping delivery below this: degraded
+    "delivery_broken": 0.80,          # ... below this: broken
+    "snake_wrong_broken": 0.10,       # share of judged nodes with a wrong descending key: broken
+    "lost_broken": 0.25,              # share of nodes down or silent at the end: broken
+    "node_drop_ratio": 0.02,          # a node's problem drops / frames it received: degraded
+    "node_drop_min": 10,              # ... and at least this many problem drops
+    "mesh_drop_ratio": 0.10,          # all problem drops / all frames received: broken
+    "heap_low": 16 * 1024,            # free heap (bytes) below this on a node: degraded
+    "rejected_ratio": 0.01,           # rejected telemetry lines above this share: note
+}
+
+# Drops that are the protocol working as designed (duplicate suppression,
+# loop prevention, stale bootstraps and wakeups): counted, never a problem.
+# hop_limit is here because every trace ends its probes that way; pings that
+# die of it show up in the delivery figure (and its hint) instead.
+ROUTINE_DROPS = frozenset((
+    "wakeup_dup", "wakeup_root", "wakeup_hop_limit", "bootstrap_root", "bootstrap_replay",
+    "bootstrap_self", "watermark", "hop_limit",
+))
+# Drops that lose traffic frames: named when delivery is low.
+TRAFFIC_LOSS = ("hop_limit", "no_route", "loop", "queue_full", "no_buffer", "route_table_full", "no_memory")
+# The tables that bound what the mesh can do (contract 2, `capacity`); every
+# other table in `occupancy` is a cache that is meant to run full.
+BOUNDING_TABLES = ("routes", "peers", "depth")
+CACHE_TABLES_NOTE = ("sigcache, wakeups and coords are caches that are meant to run full: "
+                     "their occupancy and evictions are shown for information only")
+
+
+def is_problem_drop(reason):
+    return reason not in ROUTINE_DROPS
+
+
+# -- small helpers -----------------------------------------------------------------
+
+def clean(x):
+    """None for None/NaN/pandas NA, else x (numpy scalars become Python ones)."""
+    if x is None:
+        return None
+    try:
+        if x != x:      # NaN
+            return None
+    except (TypeError, ValueError):   # pandas.NA compares to NA
+        return None
+    if hasattr(x, "item") and not isinstance(x, (list, dict, str)):
+        try:
+            return x.item()
+        except (AttributeError, ValueError):
+            pass
+    return x
+
+
+def clean_name(x):
+    x = clean(x)
+    if not isinstance(x, str):
+        return None
+    x = x.strip()
+    return x or None
+
+
+def short_keys(keys, minimum=8):
+    """{key: shortest unique hex prefix of at least `minimum` digits}."""
+    keys = sorted(set(k for k in keys if k))
+    out = {}
+    for i, k in enumerate(keys):
+        n = minimum
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(keys):
+                o = keys[j]
+                common = 0
+                while common < min(len(k), len(o)) and k[common] == o[common]:
+                    common += 1
+                n = max(n, common + 1)
+        out[k] = k[:n]
+    return out
+
+
+def label(row):
+    """What the page calls a node: its name, else its short key."""
+    return row.get("name") or row.get("short") or (row.get("node") or "?")[:8]
+
+
+# -- per-node rows -----------------------------------------------------------------
+
+ROW_FIELDS = (
+    "node", "name", "profile", "records", "state_records", "first_t", "last_t", "last_seen_s",
+    "root", "root_seq", "parent", "depth", "desc", "expected_desc", "peers", "links",
+    "root_agrees", "snake_ok", "down_at_end", "drops", "drops_total", "rx_total", "tx_total",
+    "tx_bytes_total", "control_bytes", "mem_free_last", "mem_free_min", "capacity", "restarts",
+    "parent_changes_epoch_max", "root_changes_epoch_max", "sanity_fail", "anomalies",
+)
+
+
+def load_nodes(out_dir, summary):
+    """One dict per node (fields ROW_FIELDS, missing ones None) plus `short`,
+    the shortest unique key prefix. Reads OUT/nodes.json when `analyze` wrote
+    one, else derives the rows from the Parquet tables (stop-gap)."""
+    path = os.path.join(out_dir, "nodes.json")
+    rows = None
+    if os.path.isfile(path):
+        try:
+            with open(path) as f:
+                data = json.load(f)
+            rows = data["nodes"] if isinstance(data, dict) else data
+            if not isinstance(rows, list):
+                rows = None
+        except (OSError, ValueError, KeyError):
+            rows = None
+    if rows is None:
+        rows = _rows_from_parquet(out_dir, summary)
+    out = []
+    for r in rows:
+        if not isinstance(r, dict) or not isinstance(r.get("node"), str):
+            continue
+        row = dict((k, clean(r.get(k))) for k in ROW_FIELDS)
+        for k in r:
+            if k not in row:
+                row[k] = clean(r[k])
+        row["name"] = clean_name(row.get("name"))
+        row["profile"] = clean_name(row.get("profile"))
+        an = row.get("anomalies")
+        if isinstance(an, str):
+            an = [a for a in an.split(",") if a]
+        row["anomalies"] = list(an or [])
+        for k in ("drops", "capacity", "links"):
+            if row.get(k) is not None and not isinstance(row[k], dict):
+                row[k] = None
+        if row.get("drops") is None:
+            row["drops"] = {}
+        if row.get("capacity") is None:
+            row["capacity"] = {}
+        out.append(row)
+    shorts = short_keys([r["node"] for r in out])
+    for r in out:
+        r["short"] = shorts.get(r["node"], r["node"][:8])
+    return out
+
+
+def _read(out_dir, name, columns):
+    """A partitioned table's columns as a DataFrame, or None if absent/unreadable."""
+    p = os.path.join(out_dir, name)
+    if not os.path.exists(p):
+        return None
+    try:
+        import pandas as pd
+        return pd.read_parquet(p, columns=list(columns))
+    except Exception:   # a damaged or foreign table: the figures stay unknown
+        return None
+
+
+def _rows_from_parquet(out_dir, summary):
+    """Stop-gap until `analyze` writes nodes.json: the per-node figures from
+    nodes.parquet and the partitioned tables, with pandas."""
+    import pandas as pd
+    p = os.path.join(out_dir, "nodes.parquet")
+    if not os.path.isfile(p):
+        return []
+    try:
+        nodes = pd.read_parquet(p)
+    except Exception:
+        return []
+    t_end = summary.get("t_end")
+    rows = []
+    for r in nodes.to_dict("records"):
+        r = dict((k, clean(v)) for k, v in r.items())
+        has_state = bool(r.get("state_records"))
+        down = bool(r.get("down_at_end"))
+        r["snake_ok"] = bool(r.get("correct_final")) if has_state and not down else None
+        r["last_seen_s"] = (t_end - r["last_t"]) if (t_end is not None and r.get("last_t") is not None) else None
+        rows.append(r)
+    by = dict((r["node"], r) for r in rows)
+
+    # root agreement: the most common final (root, root_seq) among the alive
+    # nodes with a state in each component of the last epoch
+    groups = {}
+    for r in rows:
+        if r.get("state_records") and not r.get("down_at_end") and r.get("root"):
+            groups.setdefault(r.get("component") or r["node"], []).append(r)
+    for members in groups.values():
+        counts = {}
+        for r in members:
+            v = (r["root"], r.get("root_seq"))
+            counts[v] = counts.get(v, 0) + 1
+        major = max(sorted(counts, key=lambda v: (v[0], -1 if v[1] is None else v[1])),
+                    key=lambda v: counts[v])
+        for r in members:
+            r["root_agrees"] = (r["root"], r.get("root_seq")) == major
+
+    st = _read(out_dir, "states", ("node", "t", "peers"))
+    if st is not None and len(st):
+        last = st.sort_values("t").groupby("node").tail(1)
+        for n, peers in zip(last["node"], last["peers"]):
+            if n in by:
+                by[n]["peers"] = clean(peers)
+    pl = _read(out_dir, "peer_links", ("node", "t", "link"))
+    if pl is not None and len(pl):
+        last_t = pl.groupby("node")["t"].transform("max")
+        cur = pl[pl["t"] == last_t]
+        for (n, link), k in cur.groupby(["node", cur["link"].fillna("?")]).size().items():
+            if n in by:
+                by[n].setdefault("links", None)
+                by[n]["links"] = dict(by[n]["links"] or {}, **{link: int(k)})
+    c = _read(out_dir, "counters", ("node", "t", "metric", "key", "value", "capacity", "gen", "inc"))
+    if c is not None and len(c):
+        cum = c[c["metric"].isin(["drops", "rx", "tx"])]
+        for (n, metric, key), total in cum.groupby(["node", "metric", "key"])["inc"].sum().items():
+            if n not in by:
+                continue
+            r = by[n]
+            total = int(total)
+            if metric == "drops":
+                r.setdefault("drops", {})
+                r["drops"] = dict(r.get("drops") or {}, **{key: total})
+            else:
+                r[metric + "_total"] = (r.get(metric + "_total") or 0) + total
+        mem = c[c["metric"] == "mem_free"].sort_values("t")
+        for n, g in mem.groupby("node"):
+            if n in by:
+                by[n]["mem_free_last"] = int(g["value"].iloc[-1])
+                by[n]["mem_free_min"] = int(g["value"].min())
+        for n, g in c.groupby("node")["gen"].max().items():
+            if n in by:
+                by[n]["restarts"] = int(g)
+        # until `capacity` (contract 2) is in the tables: routes/peers from
+        # occupancy, refused unknown
+        occ = c[(c["metric"] == "occupancy") & c["key"].isin(BOUNDING_TABLES)].sort_values("t")
+        for (n, key), g in occ.groupby(["node", "key"]):
+            if n in by:
+                cap = clean(g["capacity"].iloc[-1])
+                by[n].setdefault("capacity", {})
+                by[n]["capacity"] = dict(by[n].get("capacity") or {}, **{
+                    key: [int(g["value"].iloc[-1]), None if cap is None else int(cap), None]})
+    for r in rows:
+        if r.get("drops") is not None:
+            r["drops_total"] = sum(r["drops"].values())
+    return rows
+
+
+# -- rules -------------------------------------------------------------------------
+
+def _issue(level, code, text):
+    return {"level": level, "code": code, "text": text}
+
+
+def _pct(x):
+    return "%.1f%%" % (100.0 * x)
+
+
+def _bytes(n):
+    if n is None:
+        return "unknown"
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return ("%d %s" % (n, unit)) if unit == "B" else ("%.1f %s" % (n, unit))
+        n /= 1024.0
+
+
+def problem_drops(row):
+    return dict((k, v) for k, v in (row.get("drops") or {}).items() if v and is_problem_drop(k))
+
+
+def capacity_warnings(summary, rows):
+    """[(node, table, used, capacity, refused)] from summary.json's
+    `capacity_warnings` (contract 2) when analyze wrote it, else from the
+    rows' `capacity` (used reached capacity, or refused > 0)."""
+    cw = summary.get("capacity_warnings")
+    out = []
+    if isinstance(cw, list):
+        for w in cw:
+            if isinstance(w, dict) and w.get("node"):
+                out.append((w["node"], w.get("table"), w.get("used"), w.get("capacity"), w.get("refused")))
+        return out
+    for r in rows:
+        for table, v in sorted((r.get("capacity") or {}).items()):
+            if table not in BOUNDING_TABLES or not isinstance(v, (list, tuple)) or len(v) < 2:
+                continue
+            used, cap = clean(v[0]), clean(v[1])
+            refused = clean(v[2]) if len(v) > 2 else None
+            if (refused or 0) > 0 or (cap and used is not None and used >= cap):
+                out.append((r["node"], table, used, cap, refused))
+    return out
+
+
+def judge_nodes(rows, summary, th=None):
+    """Adds row["issues"] (list of {level, code, text}) and row["status"]
+    (healthy / degraded / broken / unknown) to every row."""
+    th = dict(THRESHOLDS, **(th or {}))
+    caps = {}
+    for node, table, used, cap, refused in capacity_warnings(summary, rows):
+        caps.setdefault(node, []).append((table, used, cap, refused))
+    for r in rows:
+        issues = []
+        an = set(r.get("anomalies") or [])
+        has_state = bool(r.get("state_records"))
+        if r.get("down_at_end"):
+            issues.append(_issue(BROKEN, "down", "down: no links and no state record in the last topology epoch"))
+        elif not r.get("records"):
+            issues.append(_issue(UNKNOWN, "no_telemetry", "in the topology but sent no telemetry"))
+        elif not has_state:
+            issues.append(_issue(UNKNOWN, "no_state", "sent no state record: tree and snake unknown"))
+        if "silent" in an and not r.get("down_at_end"):
+            issues.append(_issue(BROKEN, "silent", "silent for the last %.0f s of the data" % (r.get("last_seen_s") or 0)))
+        if has_state and not r.get("down_at_end"):
+            if r.get("root_agrees") is False:
+                issues.append(_issue(BROKEN, "root", "on another root than the rest of its component"))
+            if r.get("snake_ok") is False:
+                issues.append(_issue(BROKEN, "snake", "wrong descending neighbour at the end"))
+        pd_ = problem_drops(r)
+        n_pd = sum(pd_.values())
+        rx = r.get("rx_total")
+        if pd_.get("no_memory"):
+            issues.append(_issue(DEGRADED, "no_memory", "%d frames dropped for lack of memory" % pd_["no_memory"]))
+        if n_pd >= th["node_drop_min"] and rx and n_pd > th["node_drop_ratio"] * rx:
+            top = ", ".join("%s %d" % kv for kv in sorted(pd_.items(), key=lambda kv: -kv[1])[:3])
+            issues.append(_issue(DEGRADED, "drops", "dropped %d frames (%s), %s of the %d it received"
+                                 % (n_pd, top, _pct(n_pd / float(rx)), rx)))
+        heap = r.get("mem_free_min")
+        if heap is not None and heap < th["heap_low"]:
+            issues.append(_issue(DEGRADED, "heap", "free heap fell to %s" % _bytes(heap)))
+        for table, used, cap, refused in caps.get(r["node"], []):
+            text = "%s table %s/%s" % (table, "?" if used is None else used, "?" if cap is None else cap)
+            if refused:
+                text += ", %d refused" % refused
+            issues.append(_issue(DEGRADED, "capacity", text))
+        if "flapping_parent" in an or "flapping_root" in an:
+            issues.append(_issue(DEGRADED, "flapping", "parent changed %s, root %s times in one topology epoch"
+                                 % (r.get("parent_changes_epoch_max") or 0, r.get("root_changes_epoch_max") or 0)))
+        if r.get("sanity_fail"):
+            issues.append(_issue(DEGRADED, "sanity", "%d sanity_fail events" % r["sanity_fail"]))
+        if r.get("restarts"):
+            issues.append(_issue(DEGRADED, "restart", "restarted %d time%s during the run"
+                                 % (r["restarts"], "" if r["restarts"] == 1 else "s")))
+        r["issues"] = sorted(issues, key=lambda i: -_RANK[i["level"]])
+        r["status"] = max([i["level"] for i in issues] or [HEALTHY], key=lambda lv: _RANK[lv])
+    return rows
+
+
+def sort_worst_first(rows):
+    order = {BROKEN: 0, DEGRADED: 1, UNKNOWN: 2, HEALTHY: 3}
+    return sorted(rows, key=lambda r: (order.get(r.get("status"), 3), -len(r.get("issues") or []),
+                                       label(r).lower(), r["node"]))
+
+
+def _who(rows, limit=6):
+    names = [label(r) for r in rows]
+    more = len(names) - limit
+    return ", ".join(names[:limit]) + (" and %d more" % more if more > 0 else "")
+
+
+def verdict(summary, rows, th=None):
+    """(level, reasons): level is healthy / degraded / broken; reasons is a
+    list of {level, code, text, nodes} (worst first). Call judge_nodes first."""
+    th = dict(THRESHOLDS, **(th or {}))
+    reasons = []
+
+    def add(level, code, text, nodes=()):
+        reasons.append({"level": level, "code": code, "text": text, "nodes": [r["node"] for r in nodes]})
+
+    n = len(rows)
+    with_state = [r for r in rows if r.get("state_records")]
+    down = [r for r in rows if r.get("down_at_end")]
+    alive = [r for r in rows if not r.get("down_at_end")]
+    if not n or not with_state:
+        add(BROKEN, "no_state", "no node reported its state: nothing to judge the mesh by")
+        return BROKEN, reasons
+
+    # tree: agreed per component in the last topology epoch
+    epochs = summary.get("epochs") or []
+    last = epochs[-1] if epochs else {}
+    off_root = [r for r in alive if r.get("root_agrees") is False]
+    tree_t = last.get("tree_converged_s") if epochs else summary.get("tree_converged_s")
+    unknown = [r for r in alive if not r.get("state_records")]
+    if off_root:
+        add(BROKEN, "tree", "spanning tree not agreed at the end: %d node%s on another root than the rest "
+            "of their component (%s)" % (len(off_root), "" if len(off_root) == 1 else "s", _who(off_root)),
+            off_root)
+    elif tree_t is None and unknown:
+        add(NOTE, "tree", "spanning tree agreed among the %d nodes that reported a state"
+            % (len(alive) - len(unknown)))
+    elif tree_t is None:
+        add(BROKEN, "tree", "spanning tree not agreed at the end of the data")
+    else:
+        add(HEALTHY, "tree", "spanning tree agreed %.2f s after the %s" % (
+            tree_t, "start" if len(epochs) <= 1 else "last topology change"))
+
+    # snake
+    judged = [r for r in alive if r.get("snake_ok") is not None]
+    wrong = [r for r in judged if r.get("snake_ok") is False]
+    if wrong:
+        share = len(wrong) / float(len(judged))
+        add(BROKEN if share >= th["snake_wrong_broken"] else DEGRADED, "snake",
+            "snake not converged: %d of %d nodes have the wrong descending neighbour at the end (%s)"
+            % (len(wrong), len(judged), _who(wrong)), wrong)
+    elif judged:
+        snake_t = last.get("snake_converged_s") if epochs else summary.get("snake_converged_s")
+        add(HEALTHY, "snake", "snake correct on all %d nodes%s" % (
+            len(judged), "" if snake_t is None else " (%.2f s after the %s)" % (
+                snake_t, "start" if len(epochs) <= 1 else "last topology change")))
+
+    # nodes that cannot be judged
+    if unknown:
+        add(DEGRADED, "unknown", "%d node%s sent no state record, so %s unknown (%s)" % (
+            len(unknown), "" if len(unknown) == 1 else "s", "its health is" if len(unknown) == 1 else
+            "their health is", _who(unknown)), unknown)
+
+    # nodes lost: down or silent at the end
+    silent = [r for r in alive if "silent" in (r.get("anomalies") or [])]
+    lost = down + silent
+    if lost:
+        share = len(lost) / float(n)
+        parts = []
+        if down:
+            parts.append("%d down (%s)" % (len(down), _who(down)))
+        if silent:
+            parts.append("%d silent (%s)" % (len(silent), _who(silent)))
+        add(BROKEN if share >= th["lost_broken"] else DEGRADED, "lost",
+            "nodes lost at the end: " + "; ".join(parts), lost)
+
+    # ping delivery
+    pings = summary.get("pings") or 0
+    ratio = summary.get("ping_delivery_ratio")
+    if pings and ratio is not None:
+        text = "ping delivery %s (%d of %d)" % (_pct(ratio), summary.get("pings_ok") or 0, pings)
+        if pings < th["min_pings"]:
+            add(NOTE, "delivery", text + ": too few pings to judge (fewer than %d)" % th["min_pings"])
+        elif ratio < th["delivery_broken"]:
+            add(BROKEN, "delivery", text + " is below %s" % _pct(th["delivery_broken"]) + _drop_hint(summary))
+        elif ratio < th["delivery_degraded"]:
+            add(DEGRADED, "delivery", text + " is below %s" % _pct(th["delivery_degraded"]) + _drop_hint(summary))
+        else:
+            add(HEALTHY, "delivery", text)
+    else:
+        add(NOTE, "delivery", "no pings in the telemetry: delivery unknown")
+
+    # drops
+    by_reason = summary.get("drops_by_reason") or {}
+    problem = dict((k, v) for k, v in by_reason.items() if v and is_problem_drop(k))
+    rx_all = sum((r.get("rx_total") or 0) for r in rows)
+    droppers = [r for r in rows if any(i["code"] in ("drops", "no_memory") for i in r.get("issues") or [])]
+    if problem and rx_all and sum(problem.values()) > th["mesh_drop_ratio"] * rx_all:
+        add(BROKEN, "drops", "%d frames dropped for problems (%s): %s of all frames received" % (
+            sum(problem.values()), _top(problem), _pct(sum(problem.values()) / float(rx_all))), droppers)
+    elif not droppers and not rx_all and not by_reason:
+        add(NOTE, "drops", "no counters in the telemetry: drops unknown")
+    elif not droppers:
+        add(HEALTHY, "drops", "no node drops more than %s of the frames it receives for problems"
+            % _pct(th["node_drop_ratio"]) + (" (%d problem drops in all)" % sum(problem.values()) if problem else ""))
+    else:
+        add(DEGRADED, "drops", "%d node%s drop more than %s of the frames they receive (at least %d), or ran out of "
+            "memory (%s)" % (len(droppers), "" if len(droppers) == 1 else "s", _pct(th["node_drop_ratio"]),
+                             th["node_drop_min"], _who(droppers)),
+            droppers)
+
+    # capacity of the tables that bound the mesh
+    cw = capacity_warnings(summary, rows)
+    if cw:
+        tables = sorted(set(w[1] for w in cw if w[1]))
+        hit = [r for r in rows if r["node"] in set(w[0] for w in cw)]
+        add(DEGRADED, "capacity", "%s table%s full or refusing entries on %d node%s (%s)" % (
+            "/".join(tables), "" if len(tables) == 1 else "s", len(hit), "" if len(hit) == 1 else "s",
+            _who(hit)), hit)
+    elif any(r.get("capacity") for r in rows) or isinstance(summary.get("capacity_warnings"), list):
+        add(HEALTHY, "capacity", "no routes/peers/depth table full or refusing entries")
+    else:
+        add(NOTE, "capacity", "no routes/peers/depth capacity figures in the telemetry")
+
+    # free heap
+    heaps = [r.get("mem_free_min") for r in rows if r.get("mem_free_min") is not None]
+    low = [r for r in rows if r.get("mem_free_min") is not None and r["mem_free_min"] < th["heap_low"]]
+    if low:
+        add(DEGRADED, "heap", "free heap below %s on %d node%s (%s)" % (
+            _bytes(th["heap_low"]), len(low), "" if len(low) == 1 else "s", _who(low)), low)
+    elif heaps:
+        add(HEALTHY, "heap", "free heap at least %s on every node (lowest %s)" % (_bytes(th["heap_low"]),
+                                                                            _bytes(min(heaps))))
+    else:
+        add(NOTE, "heap", "no node reported its free heap (the simulator does not)")
+
+    for code, what in (("flapping", "flapping parent or root"), ("sanity", "sanity_fail events"),
+                       ("restart", "restarts during the run")):
+        hit = [r for r in rows if any(i["code"] == code for i in r.get("issues") or [])]
+        if hit:
+            add(DEGRADED, code, "%s on %d node%s (%s)" % (what, len(hit), "" if len(hit) == 1 else "s",
+                                                        _who(hit)), hit)
+
+    rej = summary.get("rejected_records") or 0
+    total = rej + (summary.get("records") or 0)
+    if total and rej > th["rejected_ratio"] * total:
+        add(NOTE, "rejected", "%d of %d telemetry lines rejected (%s): see Rejected lines" % (
+            rej, total, _top(summary.get("rejected_by_reason") or {})))
+
+    level = max([x["level"] for x in reasons if x["level"] in LEVELS] or [HEALTHY], key=lambda lv: _RANK[lv])
+    reasons.sort(key=lambda x: -_RANK[x["level"]])
+    return level, reasons
+
+
+def _top(d, k=3):
+    return ", ".join("%s %d" % kv for kv in sorted(d.items(), key=lambda kv: (-kv[1], kv[0]))[:k])
+
+
+def _drop_hint(summary):
+    lost = dict((k, v) for k, v in (summary.get("drops_by_reason") or {}).items() if v and k in TRAFFIC_LOSS)
+    return ("; traffic drops: " + _top(lost)) if lost else ""
+
+
+def finite(x):
+    return x is not None and isinstance(x, (int, float)) and not math.isnan(x) and not math.isinf(x)
