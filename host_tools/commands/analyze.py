@@ -80,12 +80,17 @@ def run_analyze(args):
     ]
     print("\n".join(lines))
     if args.report:
-        from host_tools.pipeline.report import render
-        print("report: %s" % render(s["out"]))
+        _report(s["out"])
     return 0
 
 
+def _report(out):
+    from host_tools.pipeline.report import render, verdict_line
+    path, level, reasons = render(out, with_verdict=True)
+    print(verdict_line(level, reasons))
+    print("report: %s" % path)
+
+
 def run_report(args):
-    from host_tools.pipeline.report import render
-    print("report: %s" % render(args.dir))
+    _report(args.dir)
     return 0

@@ -23,7 +23,8 @@ PLOTS = ("convergence.png", "delivery.png", "stretch.png", "control.png", "bound
 SVGS = ("tree.svg", "snake.svg")
 TABLES = ("nodes.parquet", "convergence.parquet", "epochs.parquet", "anomalies.parquet",
           "topology.parquet", "histograms.parquet", "series.parquet", "counter_totals.parquet")
-ROWS_OPEN = 30   # node rows shown (worst first) before the rest are folded away
+ROWS_OPEN = 30     # node rows shown (worst first) before the rest are folded away
+ROWS_HEALTHY = 10  # healthy rows shown after the ones that need attention
 
 
 def _load(d):
@@ -52,8 +53,9 @@ def _load(d):
     return summary, tables, missing
 
 
-def render(out_dir):
-    """Write OUT/report/index.html + images; returns the HTML path."""
+def render(out_dir, with_verdict=False):
+    """Write OUT/report/index.html + images; returns the HTML path (and the
+    verdict level and reasons with with_verdict=True)."""
     out_dir = os.path.abspath(out_dir)
     summary, t, missing = _load(out_dir)
     rows = health.load_nodes(out_dir, summary)
@@ -73,7 +75,7 @@ def render(out_dir):
             path = rep.path(name + ".png")
             notes[name] = fn(path, *args)
             drew[name] = os.path.isfile(path)
-        edges = _last_edges(t.get("topology"))
+        edges = _last_edges(t.get("topology"), out_dir)
         svgs = {"tree": topo_svg.tree_svg(rows, edges), "snake": topo_svg.snake_svg(rows)}
         for name, text in svgs.items():
             with open(rep.path(name + ".svg"), "w") as f:
@@ -84,15 +86,36 @@ def render(out_dir):
     except BaseException:
         rep.abort()
         raise
-    return os.path.join(final, "index.html")
+    path = os.path.join(final, "index.html")
+    return (path, level, reasons) if with_verdict else path
 
 
-def _last_edges(topo):
+def verdict_line(level, reasons):
+    """One line for the terminal: the verdict and its worst reason."""
+    worst = [x for x in reasons if x["level"] == level and level != health.HEALTHY]
+    more = len([x for x in reasons if x["level"] in (health.DEGRADED, health.BROKEN)]) - 1
+    return "verdict: %s%s%s" % (level, (" - " + worst[0]["text"]) if worst else "",
+                                (" (+%d more problems)" % more) if worst and more > 0 else "")
+
+
+def _last_edges(topo, out_dir):
+    """[(a, b, link)] of the last topology epoch. A link without a type (a
+    topology built from peers records or a --topology file) takes the type
+    the nodes last reported for that peer in their peers records."""
     if topo is None or not len(topo):
         return []
     last = topo[topo["epoch"] == topo["epoch"].max()]
     link = last["link"] if "link" in last else [None] * len(last)
-    return [(a, b, health.clean(k)) for a, b, k in zip(last["a"], last["b"], link)]
+    edges = [(a, b, health.clean(k)) for a, b, k in zip(last["a"], last["b"], link)]
+    if all(k for _a, _b, k in edges):
+        return edges
+    pl = health._read(out_dir, "peer_links", ("node", "t", "peer", "link"))
+    seen = {}
+    if pl is not None and len(pl):
+        for a, b, k in pl.sort_values("t")[["node", "peer", "link"]].itertuples(index=False):
+            if isinstance(k, str) and k:
+                seen[(a, b) if a < b else (b, a)] = k
+    return [(a, b, k or seen.get((a, b) if a < b else (b, a))) for a, b, k in edges]
 
 
 # -- plots -------------------------------------------------------------------------
@@ -200,7 +223,7 @@ def _plot_delivery(path, s, t, probes):
                  (th["delivery_degraded"], 1.0, "#c6f6d5"))
         for z0, z1, col in zones:
             a1.axvspan(z0, z1, ymin=0.35, ymax=0.65, color=col, lw=0)
-        a1.errorbar([ratio], [0], xerr=[[ratio - lo], [hi - ratio]], fmt="D", color="#1a202c", ms=9, capsize=7, lw=2)
+        a1.errorbar([ratio], [0], xerr=[[max(0.0, ratio - lo)], [max(0.0, hi - ratio)]], fmt="D", color="#1a202c", ms=9, capsize=7, lw=2)
         a1.text(0.5, 0.85, "%.1f%% delivered" % (100 * ratio), ha="center", fontsize=17, weight="bold",
                 transform=a1.transAxes)
         a1.text(0.5, 0.12, "%d of %d pings, 95%% interval %.1f-%.1f%%\nzones: broken < %d%% < degraded < %d%%"
@@ -221,16 +244,23 @@ def _plot_delivery(path, s, t, probes):
     if pr is not None and len(pr) and pr["shortest"].notna().any():
         known = pr[pr["shortest"].notna()]
         g = known.groupby(known["shortest"].astype(int))["ok"].agg(["sum", "count"])
-        xs = list(g.index)
-        a2.bar(xs, g["sum"] / g["count"], color="#3182ce")
-        for x, k, n in zip(xs, g["sum"], g["count"]):
-            a2.text(x, min(k / float(n), 1.0) + 0.02, "%d/%d" % (k, n), ha="center", fontsize=7, rotation=90
-                    if len(xs) > 12 else 0, va="bottom")
+        bars = [(str(x), int(k), int(n)) for x, k, n in zip(g.index, g["sum"], g["count"])]
+        unk = pr[pr["shortest"].isna()]
+        if len(unk):
+            bars.append(("?", int(unk["ok"].sum()), len(unk)))
+        xs = list(range(len(bars)))
+        a2.bar(xs, [k / float(n) for _x, k, n in bars],
+               color=["#a0aec0" if x == "?" else "#3182ce" for x, _k, _n in bars])
+        for x, (_lab, k, n) in zip(xs, bars):
+            a2.text(x, k / float(n) + 0.02, "%d/%d" % (k, n), ha="center", va="bottom", fontsize=7,
+                    rotation=90 if len(bars) > 12 else 0)
         a2.set_ylim(0, 1.25)
         a2.yaxis.set_major_formatter(_pct_formatter())
-        a2.set_xlabel("shortest path between the ends (hops)")
+        a2.set_xlabel("shortest path between the ends (hops; ? = not known)")
         a2.set_ylabel("delivered")
-        a2.set_xticks(xs if len(xs) <= 20 else xs[::max(1, len(xs) // 15)])
+        step = max(1, len(xs) // 15)
+        a2.set_xticks(xs[::step])
+        a2.set_xticklabels([b[0] for b in bars][::step])
     else:
         _empty(a2, "no ping with a known shortest path\n(no topology, or no pings)")
     a2.set_title("Delivery by path length")
@@ -480,7 +510,7 @@ def _html(s, t, rows, level, reasons, svgs, notes, drew, missing):
                                                                else x["level"], _e(x["text"])))
     p.append("</ul><div class='note'>Rules and thresholds: docs/PIPELINE.md, &ldquo;Health verdict&rdquo;."
              "</div></section>")
-    p.append(_tiles(s, rows))
+    p.append(_tiles(s, rows, reasons))
 
     # nodes
     n_bad = sum(1 for r in rows if r.get("status") != health.HEALTHY)
@@ -489,8 +519,10 @@ def _html(s, t, rows, level, reasons, svgs, notes, drew, missing):
     absent = [why for c, why in OPTIONAL_COLUMNS if c not in cols]
     if absent:
         p.append("<p class='note'>Not in this telemetry, for any node: %s.</p>" % _e("; ".join(absent)))
-    p.append(_node_table(rows_sorted[:ROWS_OPEN], cols, by, "nodes"))
-    rest = rows_sorted[ROWS_OPEN:]
+    # every node that needs attention (up to ROWS_OPEN), then a few healthy ones
+    n_open = min(ROWS_OPEN, n_bad + ROWS_HEALTHY)
+    p.append(_node_table(rows_sorted[:n_open], cols, by, "nodes"))
+    rest = rows_sorted[n_open:]
     if rest:
         more_bad = sum(1 for r in rest if r.get("status") != health.HEALTHY)
         p.append("<details><summary>show the other %d nodes (%s)</summary>" % (
@@ -578,32 +610,36 @@ def _tile(title, value, detail, level=None):
             % (level or "", _e(title), value, detail))
 
 
-def _tiles(s, rows):
+def _tiles(s, rows, reasons):
+    """Key figures; each tile takes the level of the verdict rule behind it
+    (grey when the rule had no data), so tiles and reasons always agree."""
+    lv = dict((x["code"], x["level"]) for x in reasons)
+    colour = lambda code: lv.get(code) if lv.get(code) in health.LEVELS else None  # noqa: E731
     n = len(rows)
     lost = [r for r in rows if r.get("down_at_end") or "silent" in (r.get("anomalies") or [])]
-    up = n - len(lost)
     judged = [r for r in rows if r.get("snake_ok") is not None]
     right = sum(1 for r in judged if r["snake_ok"])
+    reported = sum(1 for r in rows if r.get("state_records") and not r.get("down_at_end"))
     t = []
-    t.append(_tile("nodes up at the end", "%d / %d" % (up, n),
-                   "%d down or silent" % len(lost) if lost else "none lost",
-                   health.HEALTHY if not lost else health.DEGRADED))
+    t.append(_tile("nodes up at the end", "%d / %d" % (n - len(lost), n),
+                   "%d down or silent" % len(lost) if lost else "none lost", colour("lost") or health.HEALTHY))
     off = [r for r in rows if r.get("root_agrees") is False]
     tree_t = (s.get("epochs") or [{}])[-1].get("tree_converged_s") if s.get("epochs") else s.get("tree_converged_s")
-    t.append(_tile("spanning tree", "agreed" if not off and tree_t is not None else
-                   ("%d off root" % len(off) if off else "not agreed"),
-                   "after %.2f s" % tree_t if tree_t is not None else "at the end of the data",
-                   health.BROKEN if off or tree_t is None else health.HEALTHY))
+    if off:
+        value, detail = "%d off root" % len(off), "nodes not on their component's root"
+    elif tree_t is not None:
+        value, detail = "agreed", "after %.2f s" % tree_t
+    elif lv.get("tree") == health.NOTE:
+        value, detail = "agreed", "among the %d nodes that reported a state" % reported
+    else:
+        value, detail = "not agreed", "at the end of the data"
+    t.append(_tile("spanning tree", value, detail, colour("tree")))
     t.append(_tile("snake correct", "%d / %d" % (right, len(judged)) if judged else _unknown("no state records"),
-                   "descending neighbours right at the end",
-                   None if not judged else (health.HEALTHY if right == len(judged) else health.BROKEN)))
+                   "descending neighbours right at the end", colour("snake")))
     pings = s.get("pings") or 0
     if pings:
-        r = s["ping_delivery_ratio"]
-        th = health.THRESHOLDS
-        lv = (health.BROKEN if r < th["delivery_broken"] else health.DEGRADED if r < th["delivery_degraded"]
-              else health.HEALTHY) if pings >= th["min_pings"] else None
-        t.append(_tile("ping delivery", "%.1f%%" % (100 * r), "%d of %d pings" % (s.get("pings_ok") or 0, pings), lv))
+        t.append(_tile("ping delivery", "%.1f%%" % (100 * s["ping_delivery_ratio"]),
+                       "%d of %d pings" % (s.get("pings_ok") or 0, pings), colour("delivery")))
     else:
         t.append(_tile("ping delivery", _unknown("no pings in the telemetry"), "no pings"))
     t.append(_tile("round trip p50 / p95", "%s / %s ms" % (_v(s.get("rtt_ms_p50"), 3), _v(s.get("rtt_ms_p95"), 3))
@@ -614,15 +650,12 @@ def _tiles(s, rows):
                    "hops / shortest path, %d probes" % (s.get("stretch_probes") or 0)))
     problem = dict((k, v) for k, v in (s.get("drops_by_reason") or {}).items() if v and health.is_problem_drop(k))
     routine = sum(v for k, v in (s.get("drops_by_reason") or {}).items() if not health.is_problem_drop(k))
-    droppers = sum(1 for r in rows if any(i["code"] in ("drops", "no_memory") for i in r.get("issues") or []))
-    t.append(_tile("problem drops", "%d" % sum(problem.values()),
-                   "%d routine drops not counted" % routine,
-                   health.DEGRADED if droppers else health.HEALTHY))
+    t.append(_tile("problem drops", "%d" % sum(problem.values()), "%d routine drops not counted" % routine,
+                   colour("drops")))
     heaps = [r["mem_free_min"] for r in rows if r.get("mem_free_min") is not None]
     if heaps:
-        low = min(heaps)
-        t.append(_tile("lowest free heap", health._bytes(low), "smallest mem_free of any node",
-                       health.DEGRADED if low < health.THRESHOLDS["heap_low"] else health.HEALTHY))
+        t.append(_tile("lowest free heap", health._bytes(min(heaps)), "smallest mem_free of any node",
+                       colour("heap")))
     else:
         t.append(_tile("lowest free heap", _unknown("no node reported mem_free (e.g. the simulator)"), "no figures"))
     return "<div class='tiles' id='tiles'>%s</div>" % "".join(t)

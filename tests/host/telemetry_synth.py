@@ -60,7 +60,7 @@ class Scenario(object):
     def __init__(self, duration=40.0, state_interval=1.0, counters_interval=5.0,
                  peers_interval=10.0, ping_interval=2.0, trace_interval=5.0, ping_loss=0.1,
                  partition=None, flap_desc=True, flap_parent=True, restart=True, stuck=False,
-                 sanity_fail=True, emit_topology=True, detour_prob=0.4, flap_count=6):
+                 sanity_fail=True, emit_topology=True, detour_prob=0.4, flap_count=6, drop_reasons=REASONS):
         self.duration = duration
         self.state_interval = state_interval
         self.counters_interval = counters_interval
@@ -77,6 +77,7 @@ class Scenario(object):
         self.emit_topology = emit_topology
         self.detour_prob = detour_prob
         self.flap_count = flap_count
+        self.drop_reasons = tuple(drop_reasons)   # drop reasons the counters draw from (2 per report)
 
 
 def middle_cut(g):
@@ -345,7 +346,7 @@ def generate(g, seed, scenario=None):
             for f in FRAME_TYPES:
                 cum["rx"][f] += rng.randint(0, 20)
                 cum["tx"][f] += rng.randint(0, 20)
-            for reason in rng.sample(REASONS, 2):
+            for reason in rng.sample(sc.drop_reasons, 2):
                 inc = rng.randint(0, 4)
                 cum["drops"][reason] = cum["drops"].get(reason, 0) + inc
                 totals["drops"][reason] = totals["drops"].get(reason, 0) + inc

@@ -1,0 +1,360 @@
+"""The report as an operator's dashboard: the health verdict's rules, the
+per-node table, names that are never "nan", the drawings, and the page as a
+real browser shows it (headless Chromium: DOM text and a screenshot).
+
+Rules are checked two ways: on hand-made summary/rows (each threshold on
+both sides, no Spark), and end to end on synthetic telemetry
+(tests/host/telemetry_synth.py) through `analyze` + `report`:
+H  a 4x4 grid with nothing wrong: healthy, every node healthy
+F  the same grid as a monitor capture (no topology records, so no names and
+   no truth) with a node stuck on a wrong descending key, 10% ping loss,
+   noisy problem drops, a restart, a flapping parent, a sanity_fail, and a
+   node that sends no state record: degraded, the stuck node first and red.
+"""
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import networkx as nx
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import telemetry_synth as ts  # noqa: E402
+
+from host_tools.pipeline import health, topo_svg  # noqa: E402
+
+pytest.importorskip("pyspark")
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars"]
+
+
+# -- hand-made telemetry figures: every threshold on both sides ----------------------
+
+def _row(i, **kw):
+    r = {"node": "%02x" % i + "ab" * 31, "name": "n%d" % i, "records": 50, "state_records": 20,
+         "root": "ff" * 32, "root_seq": 1, "root_agrees": True, "snake_ok": True, "down_at_end": False,
+         "drops": {}, "rx_total": 1000, "anomalies": [], "capacity": {}, "mem_free_min": 60000}
+    r.update(kw)
+    return r
+
+
+def _summary(**kw):
+    s = {"nodes": 20, "records": 1000, "rejected_records": 0, "pings": 100, "pings_ok": 100,
+         "ping_delivery_ratio": 1.0, "epochs": [{"tree_converged_s": 2.0, "snake_converged_s": 3.0}],
+         "drops_by_reason": {}, "capacity_warnings": []}
+    s.update(kw)
+    return s
+
+
+def judge(rows, **summary):
+    s = _summary(**summary)
+    rows = health.judge_nodes(copy.deepcopy(rows), s)
+    level, reasons = health.verdict(s, rows)
+    return level, dict((x["code"], x["level"]) for x in reasons), rows
+
+
+def test_verdict_healthy_mesh_and_expected_full_caches_do_not_count():
+    rows = [_row(i) for i in range(20)]
+    # a signature cache that runs full and evicts a lot, and routine drops, on every node
+    level, codes, rows = judge(rows, occupancy_by_table={"sigcache": {"max": 64, "capacity": 64, "max_ratio": 1.0}},
+                               evictions_by_table={"sigcache": 1213},
+                               drops_by_reason={"wakeup_dup": 5000, "watermark": 30, "hop_limit": 12})
+    assert level == "healthy", codes
+    assert all(r["status"] == "healthy" for r in rows)
+    for code in ("tree", "snake", "delivery", "drops", "capacity", "heap"):
+        assert codes[code] == "healthy", (code, codes)
+
+
+@pytest.mark.parametrize("ratio,pings,expect", [
+    (0.96, 100, "healthy"), (0.95, 100, "healthy"), (0.94, 100, "degraded"), (0.80, 100, "degraded"),
+    (0.79, 100, "broken"), (0.0, 9, "note")])
+def test_verdict_ping_delivery_thresholds(ratio, pings, expect):
+    ok = int(round(ratio * pings))
+    level, codes, _r = judge([_row(i) for i in range(20)], pings=pings, pings_ok=ok,
+                             ping_delivery_ratio=ok / float(pings))
+    assert codes["delivery"] == expect
+    assert level == (expect if expect != "note" else "healthy")
+
+
+def test_verdict_snake_tree_and_lost_nodes():
+    rows = [_row(i) for i in range(20)]
+    rows[3]["snake_ok"] = False
+    level, codes, judged = judge(rows)
+    assert (level, codes["snake"]) == ("degraded", "degraded")       # 1 of 20 = 5% < 10%
+    assert judged[3]["status"] == "broken" and health.sort_worst_first(judged)[0]["node"] == rows[3]["node"]
+    rows[4]["snake_ok"] = False
+    assert judge(rows)[1]["snake"] == "broken"                        # 2 of 20 = 10%
+    rows = [_row(i) for i in range(20)]
+    rows[7]["root_agrees"] = False
+    level, codes, _j = judge(rows)
+    assert (level, codes["tree"]) == ("broken", "broken")
+    rows = [_row(i) for i in range(20)]
+    assert judge(rows, epochs=[{"tree_converged_s": None}])[1]["tree"] == "broken"
+    rows[0]["down_at_end"] = True
+    rows[1]["anomalies"] = ["silent"]
+    level, codes, judged = judge(rows)
+    assert (level, codes["lost"]) == ("degraded", "degraded")
+    assert judged[0]["status"] == judged[1]["status"] == "broken"
+    for r in rows[2:5]:
+        r["down_at_end"] = True
+    assert judge(rows)[1]["lost"] == "broken"                         # 5 of 20 = 25%
+
+
+def test_verdict_drops_heap_capacity_restart_unknown():
+    rows = [_row(i) for i in range(20)]
+    rows[2]["drops"] = {"no_route": 25, "wakeup_dup": 900}           # 2.5% of 1000 received
+    rows[3]["drops"] = {"queue_full": 9}                               # under the minimum count
+    rows[4]["mem_free_min"] = 12000
+    rows[5]["restarts"] = 1
+    level, codes, judged = judge(rows, drops_by_reason={"no_route": 25, "queue_full": 9, "wakeup_dup": 900},
+                                 capacity_warnings=[{"node": rows[6]["node"], "table": "routes", "used": 64,
+                                                     "capacity": 64, "refused": 3}])
+    assert level == "degraded"
+    assert codes["drops"] == codes["heap"] == codes["capacity"] == codes["restart"] == "degraded"
+    st = dict((r["node"], r["status"]) for r in judged)
+    assert [st[rows[i]["node"]] for i in range(2, 8)] == ["degraded", "healthy", "degraded", "degraded",
+                                                          "degraded", "healthy"]
+    # mesh-wide problem drops over 10% of what was received: broken
+    for r in rows:
+        r["drops"] = {"bad_signature": 150}
+    assert judge(rows, drops_by_reason={"bad_signature": 3000})[1]["drops"] == "broken"
+    # a node without a state record is unknown, not healthy and not broken
+    rows = [_row(i) for i in range(20)]
+    rows[9].update(state_records=0, root=None, root_agrees=None, snake_ok=None)
+    level, codes, judged = judge(rows)
+    assert (level, codes["unknown"], judged[9]["status"]) == ("degraded", "degraded", "unknown")
+    # no data at all
+    assert health.verdict(_summary(), [])[0] == "broken"
+
+
+def test_capacity_falls_back_to_the_nodes_capacity_without_summary_warnings():
+    rows = [_row(i) for i in range(4)]
+    rows[1]["capacity"] = {"peers": [16, 16, 0], "routes": [3, 64, 0], "depth": [2, 20, 0]}
+    rows[2]["capacity"] = {"routes": [10, 64, 5]}
+    rows[3]["capacity"] = {"sigcache": [64, 64, 0]}                  # not a bounding table
+    s = _summary()
+    del s["capacity_warnings"]
+    got = sorted((n[:2], t) for n, t, _u, _c, _r in health.capacity_warnings(s, rows))
+    assert got == [("01", "peers"), ("02", "routes")]
+
+
+def test_names_short_keys_and_nan():
+    keys = ["ab" * 32, "ab" * 4 + "cd" * 28, "ff" * 32]
+    sk = health.short_keys(keys)
+    assert sk[keys[2]] == "ff" * 4 and len(sk[keys[0]]) == 9 and len(sk[keys[1]]) == 9
+    assert len(set(sk.values())) == 3
+    for bad in (float("nan"), None, "", "  "):
+        assert health.clean_name(bad) is None
+    assert health.label({"node": keys[2], "name": None, "short": "ffffffff"}) == "ffffffff"
+
+
+def test_load_nodes_reads_nodes_json_and_survives_junk(tmp_path):
+    rows = [{"node": "aa" * 32, "name": float("nan"), "drops": None, "anomalies": "silent,flapping_root"},
+            {"node": "bb" * 32, "name": "bravo", "profile": "ESP32_GENERIC", "links": {"ble": 1}},
+            "junk", {"name": "no key"}]
+    (tmp_path / "nodes.json").write_text(json.dumps({"version": 1, "nodes": rows}).replace("NaN", "NaN"))
+    got = health.load_nodes(str(tmp_path), {})
+    assert [health.label(r) for r in got] == ["aaaaaaaa", "bravo"]
+    assert got[0]["anomalies"] == ["silent", "flapping_root"] and got[0]["drops"] == {}
+    assert got[1]["profile"] == "ESP32_GENERIC"
+    health.judge_nodes(got, {})
+    assert got[0]["status"] == "broken"                               # silent
+
+
+def test_drawings_are_deterministic_and_show_tree_root_links_and_snake_direction():
+    g = nx.random_geometric_graph(120, 0.16, seed=3)
+    g = g.subgraph(max(nx.connected_components(g), key=len)).copy()
+    names = dict((n, "n%03d" % n) for n in g)
+    keys = dict((n, "%064x" % (n * 7919 + 11)) for n in g)
+    root = max(keys.values())
+    dist = nx.single_source_shortest_path_length(g, [n for n in g if keys[n] == root][0])
+    order = sorted(keys.values())
+    rows = []
+    for n in g:
+        k = keys[n]
+        ups = sorted(keys[p] for p in g.neighbors(n) if dist[p] == dist[n] - 1)
+        i = order.index(k)
+        rows.append({"node": k, "name": names[n], "state_records": 5, "records": 9, "depth": dist[n],
+                     "parent": ups[0] if ups else None, "root": root, "desc": order[i - 1] if i else None,
+                     "expected_desc": order[i - 1] if i else None, "snake_ok": True, "status": "healthy"})
+    bad = [r for r in rows if r["node"] == order[len(order) // 2]][0]
+    bad.update(snake_ok=False, desc=order[0], status="broken")
+    edges = [(keys[a], keys[b], "ble" if (a + b) % 3 == 0 else "wifi") for a, b in g.edges()]
+    t1, t2 = topo_svg.tree_svg(rows, edges), topo_svg.tree_svg(list(reversed(rows)), list(reversed(edges)))
+    assert t1 == t2
+    assert "(root)" in t1 and 'stroke-dasharray="6,3"' in t1 and "#3182ce" in t1
+    assert t1.count('stroke-width="2.4"') == 1 and t1.count("-&gt; parent") == len(rows) - 1
+    s1 = topo_svg.snake_svg(rows)
+    assert s1 == topo_svg.snake_svg(list(reversed(rows)))
+    assert s1.count('marker-end="url(#ah-ok)"') == len(rows) - 2       # lowest key has none, one is wrong
+    assert s1.count('marker-end="url(#ah-bad)"') == 1 and "should point to" in s1
+    # labels never overlap: every drawn tree label box is disjoint from the others
+    boxes = []
+    for m in re.finditer(r'<text x="([\d.]+)" y="([\d.]+)" text-anchor="(start|end)"[^>]*>([^<]+)</text>', t1):
+        x, y, anchor, text = float(m.group(1)), float(m.group(2)), m.group(3), m.group(4)
+        w = topo_svg._text_w(text)
+        x0 = x if anchor == "start" else x - w
+        boxes.append((x0, y - 6, x0 + w, y + 6))
+    assert len(boxes) > len(rows) // 2
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not (a[0] < b[2] - 0.5 and b[0] < a[2] - 0.5 and a[1] < b[3] - 0.5 and b[1] < a[3] - 0.5)
+
+
+# -- end to end: synthetic telemetry -> analyze -> report ---------------------------
+
+@pytest.fixture(scope="module")
+def spark():
+    from host_tools.pipeline.session import get_session
+    s = get_session(small_input=True)
+    yield s
+    s.stop()
+
+
+def _grid():
+    g = nx.grid_2d_graph(4, 4)
+    return nx.relabel_nodes(g, dict((n, "g%d%d" % n) for n in g))
+
+
+def _analyze(spark, recs, out):
+    from host_tools.pipeline.analysis import analyze
+    src = os.path.join(os.path.dirname(out), "run.jsonl")
+    ts.write_jsonl(src, recs)
+    analyze([src], out, spark=spark)
+    from host_tools.pipeline.report import render
+    return render(out, with_verdict=True)
+
+
+@pytest.fixture(scope="module")
+def healthy(spark, tmp_path_factory):
+    d = tmp_path_factory.mktemp("rep_h")
+    sc = ts.Scenario(duration=30.0, flap_desc=False, flap_parent=False, restart=False, sanity_fail=False,
+                     ping_loss=0.0, drop_reasons=("wakeup_dup", "watermark", "wakeup_root"))
+    recs, truth = ts.generate(_grid(), 11, sc)
+    return _analyze(spark, recs, str(d / "out")) + (truth,)
+
+
+@pytest.fixture(scope="module")
+def faulty(spark, tmp_path_factory):
+    d = tmp_path_factory.mktemp("rep_f")
+    sc = ts.Scenario(duration=30.0, stuck=True, emit_topology=False, ping_loss=0.1, flap_desc=False)
+    recs, truth = ts.generate(_grid(), 12, sc)
+    # a node that is linked but never sends a state record (e.g. an old
+    # firmware); the highest key, so no other node's right neighbour changes
+    ghost = "f" * 64
+    anchor = truth["keys"]["g00"]
+    recs.append({"v": 1, "kind": "peers", "t": 5.0, "node": ghost,
+                 "peers": [{"port": 1, "key": anchor, "link": "ble", "root": anchor, "root_seq": 1}]})
+    recs.append({"v": 1, "kind": "counters", "t": 6.0, "node": ghost, "rx": {"traffic": 1}, "tx": {},
+                 "drops": {}, "verify_done": 0, "verify_skipped": 0, "verify_cached": 0, "evictions": {},
+                 "occupancy": {}, "mem_free": 50000})
+    recs.sort(key=lambda r: r["t"])
+    return _analyze(spark, recs, str(d / "out")) + (truth, ghost)
+
+
+def _page(path):
+    with open(path) as f:
+        return f.read()
+
+
+def test_healthy_synthetic_mesh_reads_healthy(healthy):
+    path, level, reasons, truth = healthy
+    assert level == "healthy", reasons
+    page = _page(path)
+    assert "data-verdict='healthy'" in page
+    rows = re.findall(r"<tr class='(\w+)' data-node='(\w+)'>", page)
+    assert len(rows) == truth["nodes"] and set(c for c, _n in rows) == {"healthy"}
+    for name in truth["names"].values():
+        assert "<b>%s</b>" % name in page
+    assert ">nan<" not in page.lower() and "None" not in re.sub(r"<[^>]+>", " ", page).split()
+
+
+def test_faulty_synthetic_capture_reads_degraded_with_the_bad_nodes_first(faulty):
+    path, level, reasons, truth, ghost = faulty
+    codes = dict((x["code"], x["level"]) for x in reasons)
+    assert level == "degraded", reasons
+    for code in ("snake", "delivery", "drops", "restart", "flapping", "sanity", "unknown"):
+        assert codes.get(code) == "degraded", (code, codes)
+    page = _page(path)
+    rows = re.findall(r"<tr class='(\w+)' data-node='(\w+)'>", page)
+    stuck = truth["stuck_node"]
+    assert rows[0] == ("broken", stuck)                               # the worst node is on top, red
+    assert dict((n, c) for c, n in rows)[ghost] == "unknown"
+    assert dict((n, c) for c, n in rows)[truth["restart_node"]] in ("degraded", "broken")
+    ghost_row = page.split("data-node='%s'>" % ghost)[1].split("</tr>")[0]
+    assert "no state record from this node" in ghost_row and "unknown" in ghost_row
+    # a monitor capture: no topology records, so no names: short keys, never "nan"
+    text = re.sub(r"<[^>]+>", " ", page)
+    assert not re.search(r"\bnan\b", text, re.I)
+    assert health.short_keys([stuck])[stuck] in text
+
+
+# -- the page in a real browser -------------------------------------------------------
+
+def chromium():
+    for name in ("chromium", "chromium-browser"):
+        p = shutil.which(name)
+        if p:
+            return p
+    pytest.fail("chromium is not installed: `make test` installs it (apt-get install chromium)")
+
+
+def browser_check(index_html, workdir):
+    """Render the page in headless Chromium; assert the verdict and the node
+    table are in the DOM it built and the screenshot is not blank. Returns
+    the screenshot path."""
+    exe = chromium()
+    url = "file://" + os.path.abspath(index_html)
+    profile = tempfile.mkdtemp(dir=workdir, prefix="chromium-")
+    try:
+        dom = subprocess.run([exe] + CHROMIUM_FLAGS + ["--user-data-dir=" + profile, "--dump-dom", url],
+                             capture_output=True, text=True, timeout=120).stdout
+        shot = os.path.join(workdir, "report.png")
+        if os.path.exists(shot):
+            os.unlink(shot)
+        subprocess.run([exe] + CHROMIUM_FLAGS + ["--user-data-dir=" + profile, "--window-size=1280,1400",
+                        "--screenshot=" + shot, url], capture_output=True, timeout=120)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    m = re.search(r"<section id=\"verdict\" class=\"verdict (healthy|degraded|broken)\"", dom)
+    assert m, "no verdict in the DOM Chromium built"
+    word = re.search(r"<div class=\"word\">(\w+)</div>", dom)
+    assert word and word.group(1) == m.group(1), "verdict word missing"
+    table = re.search(r"<table class=\"nodes\" id=\"nodes\">(.*?)</table>", dom, re.S)
+    assert table, "no per-node table in the DOM"
+    assert len(re.findall(r"<tr class=\"(healthy|degraded|broken|unknown)\" data-node=", table.group(1))) >= 1
+    assert re.search(r"<svg[^>]*viewBox", dom), "no drawing"
+    assert os.path.isfile(shot), "Chromium wrote no screenshot"
+    from PIL import Image
+    im = Image.open(shot).convert("RGB")
+    assert im.size == (1280, 1400)
+    colours = im.getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 50, "screenshot is (nearly) blank"
+    # the verdict banner is drawn: its colour covers a visible patch at the top
+    top = im.crop((0, 0, 1280, 350))
+    banner = {"healthy": (240, 255, 244), "degraded": (255, 250, 240), "broken": (255, 245, 245)}[m.group(1)]
+    assert sum(n for n, c in top.getcolors(maxcolors=1 << 20) if c == banner) > 20000, "no verdict banner"
+    return shot
+
+
+def test_report_in_headless_chromium(healthy, tmp_path):
+    path, level, _reasons, _truth = healthy
+    shot = browser_check(path, str(tmp_path))
+    assert os.path.getsize(shot) > 20000
+    # the same check fails on a broken page: no verdict, no node table, or a blank page
+    folder = os.path.dirname(path)
+    good = _page(path)
+    for broken in (re.sub(r"<section id='verdict'.*?</section>", "", good, flags=re.S),
+                   re.sub(r"<table class='nodes' id='nodes'>.*?</table>", "", good, flags=re.S),
+                   good.replace("<style>", "<style>body{display:none}")):
+        with open(os.path.join(folder, "broken.html"), "w") as f:
+            f.write(broken)
+        bad_dir = tempfile.mkdtemp(dir=str(tmp_path))
+        with pytest.raises(AssertionError):
+            browser_check(os.path.join(folder, "broken.html"), bad_dir)
