@@ -9,7 +9,7 @@ MICROPYTHON := $(VENV)/bin/micropython
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: all setup test test-fast demo bench soak firmware-image mpy clean help mp32 mp32-frozen mp32-stock mp32-deps
+.PHONY: all setup test test-fast demo bench soak firmware-image mpy clean help mp32 mp32-frozen mp32-stock mp32-deps chromium
 
 all: help
 
@@ -31,8 +31,15 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-test: $(STAMP) mp32
+test: $(STAMP) mp32 chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Headless Chromium renders the report in tests/host/test_report.py (Debian package)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  echo "chromium: installing the headless browser for the report's screenshot test"; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 demo: $(STAMP)
 	$(VENV)/bin/snakemesh demo --out demo-out

@@ -107,13 +107,21 @@ def label(row):
 
 # -- per-node rows -----------------------------------------------------------------
 
+# The fields of one node (OUT/nodes.json, written by `analyze`; docs/PIPELINE.md):
+# silent_s = seconds between the node's last record and the end of the data;
+# root_ok / snake_ok: true, false, or null when not judged (no state, down);
+# capacity = {table: {used, capacity, max_used, refused}} for routes/peers/depth.
 ROW_FIELDS = (
-    "node", "name", "profile", "records", "state_records", "first_t", "last_t", "last_seen_s",
+    "node", "name", "profile", "records", "silent_s", "down_at_end",
     "root", "root_seq", "parent", "depth", "desc", "expected_desc", "peers", "links",
-    "root_agrees", "snake_ok", "down_at_end", "drops", "drops_total", "rx_total", "tx_total",
-    "tx_bytes_total", "control_bytes", "mem_free_last", "mem_free_min", "capacity", "restarts",
-    "parent_changes_epoch_max", "root_changes_epoch_max", "sanity_fail", "anomalies",
+    "root_ok", "snake_ok", "drops", "drops_total", "rx_total", "mem_free", "mem_free_min",
+    "capacity", "restarts", "control_bytes_per_s", "anomalies",
 )
+
+
+def has_state(r):
+    """The node sent at least one `state` record (its final root is known)."""
+    return r.get("root") is not None or bool(r.get("state_records"))
 
 
 def load_nodes(out_dir, summary):
@@ -188,10 +196,9 @@ def _rows_from_parquet(out_dir, summary):
     rows = []
     for r in nodes.to_dict("records"):
         r = dict((k, clean(v)) for k, v in r.items())
-        has_state = bool(r.get("state_records"))
         down = bool(r.get("down_at_end"))
-        r["snake_ok"] = bool(r.get("correct_final")) if has_state and not down else None
-        r["last_seen_s"] = (t_end - r["last_t"]) if (t_end is not None and r.get("last_t") is not None) else None
+        r["snake_ok"] = bool(r.get("correct_final")) if has_state(r) and not down else None
+        r["silent_s"] = (t_end - r["last_t"]) if (t_end is not None and r.get("last_t") is not None) else None
         rows.append(r)
     by = dict((r["node"], r) for r in rows)
 
@@ -199,7 +206,7 @@ def _rows_from_parquet(out_dir, summary):
     # nodes with a state in each component of the last epoch
     groups = {}
     for r in rows:
-        if r.get("state_records") and not r.get("down_at_end") and r.get("root"):
+        if has_state(r) and not r.get("down_at_end"):
             groups.setdefault(r.get("component") or r["node"], []).append(r)
     for members in groups.values():
         counts = {}
@@ -209,7 +216,7 @@ def _rows_from_parquet(out_dir, summary):
         major = max(sorted(counts, key=lambda v: (v[0], -1 if v[1] is None else v[1])),
                     key=lambda v: counts[v])
         for r in members:
-            r["root_agrees"] = (r["root"], r.get("root_seq")) == major
+            r["root_ok"] = (r["root"], r.get("root_seq")) == major
 
     st = _read(out_dir, "states", ("node", "t", "peers"))
     if st is not None and len(st):
@@ -241,7 +248,7 @@ def _rows_from_parquet(out_dir, summary):
         mem = c[c["metric"] == "mem_free"].sort_values("t")
         for n, g in mem.groupby("node"):
             if n in by:
-                by[n]["mem_free_last"] = int(g["value"].iloc[-1])
+                by[n]["mem_free"] = int(g["value"].iloc[-1])
                 by[n]["mem_free_min"] = int(g["value"].min())
         for n, g in c.groupby("node")["gen"].max().items():
             if n in by:
@@ -252,9 +259,9 @@ def _rows_from_parquet(out_dir, summary):
         for (n, key), g in occ.groupby(["node", "key"]):
             if n in by:
                 cap = clean(g["capacity"].iloc[-1])
-                by[n].setdefault("capacity", {})
-                by[n]["capacity"] = dict(by[n].get("capacity") or {}, **{
-                    key: [int(g["value"].iloc[-1]), None if cap is None else int(cap), None]})
+                by[n]["capacity"] = dict(by[n].get("capacity") or {}, **{key: {
+                    "used": int(g["value"].iloc[-1]), "capacity": None if cap is None else int(cap),
+                    "max_used": int(g["value"].max()), "refused": None}})
     for r in rows:
         if r.get("drops") is not None:
             r["drops_total"] = sum(r["drops"].values())
@@ -297,12 +304,13 @@ def capacity_warnings(summary, rows):
         return out
     for r in rows:
         for table, v in sorted((r.get("capacity") or {}).items()):
-            if table not in BOUNDING_TABLES or not isinstance(v, (list, tuple)) or len(v) < 2:
+            if table not in BOUNDING_TABLES or not isinstance(v, dict):
                 continue
-            used, cap = clean(v[0]), clean(v[1])
-            refused = clean(v[2]) if len(v) > 2 else None
-            if (refused or 0) > 0 or (cap and used is not None and used >= cap):
-                out.append((r["node"], table, used, cap, refused))
+            used, cap, refused = clean(v.get("used")), clean(v.get("capacity")), clean(v.get("refused"))
+            top = clean(v.get("max_used"))
+            top = used if top is None else top
+            if (refused or 0) > 0 or (cap and top is not None and top >= cap):
+                out.append((r["node"], table, top, cap, refused))
     return out
 
 
@@ -316,17 +324,17 @@ def judge_nodes(rows, summary, th=None):
     for r in rows:
         issues = []
         an = set(r.get("anomalies") or [])
-        has_state = bool(r.get("state_records"))
+        state = has_state(r)
         if r.get("down_at_end"):
             issues.append(_issue(BROKEN, "down", "down: no links and no state record in the last topology epoch"))
         elif not r.get("records"):
             issues.append(_issue(UNKNOWN, "no_telemetry", "in the topology but sent no telemetry"))
-        elif not has_state:
+        elif not state:
             issues.append(_issue(UNKNOWN, "no_state", "sent no state record: tree and snake unknown"))
         if "silent" in an and not r.get("down_at_end"):
-            issues.append(_issue(BROKEN, "silent", "silent for the last %.0f s of the data" % (r.get("last_seen_s") or 0)))
-        if has_state and not r.get("down_at_end"):
-            if r.get("root_agrees") is False:
+            issues.append(_issue(BROKEN, "silent", "silent for the last %.0f s of the data" % (r.get("silent_s") or 0)))
+        if state and not r.get("down_at_end"):
+            if r.get("root_ok") is False:
                 issues.append(_issue(BROKEN, "root", "on another root than the rest of its component"))
             if r.get("snake_ok") is False:
                 issues.append(_issue(BROKEN, "snake", "wrong descending neighbour at the end"))
@@ -347,11 +355,12 @@ def judge_nodes(rows, summary, th=None):
             if refused:
                 text += ", %d refused" % refused
             issues.append(_issue(DEGRADED, "capacity", text))
-        if "flapping_parent" in an or "flapping_root" in an:
-            issues.append(_issue(DEGRADED, "flapping", "parent changed %s, root %s times in one topology epoch"
-                                 % (r.get("parent_changes_epoch_max") or 0, r.get("root_changes_epoch_max") or 0)))
-        if r.get("sanity_fail"):
-            issues.append(_issue(DEGRADED, "sanity", "%d sanity_fail events" % r["sanity_fail"]))
+        flaps = [a.split("_")[1] for a in ("flapping_parent", "flapping_root") if a in an]
+        if flaps:
+            issues.append(_issue(DEGRADED, "flapping", "%s changed again and again within one topology epoch"
+                                 % " and ".join(flaps)))
+        if "sanity_fail" in an:
+            issues.append(_issue(DEGRADED, "sanity", "sent sanity_fail events"))
         if r.get("restarts"):
             issues.append(_issue(DEGRADED, "restart", "restarted %d time%s during the run"
                                  % (r["restarts"], "" if r["restarts"] == 1 else "s")))
@@ -382,7 +391,7 @@ def verdict(summary, rows, th=None):
         reasons.append({"level": level, "code": code, "text": text, "nodes": [r["node"] for r in nodes]})
 
     n = len(rows)
-    with_state = [r for r in rows if r.get("state_records")]
+    with_state = [r for r in rows if has_state(r)]
     down = [r for r in rows if r.get("down_at_end")]
     alive = [r for r in rows if not r.get("down_at_end")]
     if not n or not with_state:
@@ -392,9 +401,9 @@ def verdict(summary, rows, th=None):
     # tree: agreed per component in the last topology epoch
     epochs = summary.get("epochs") or []
     last = epochs[-1] if epochs else {}
-    off_root = [r for r in alive if r.get("root_agrees") is False]
+    off_root = [r for r in alive if r.get("root_ok") is False]
     tree_t = last.get("tree_converged_s") if epochs else summary.get("tree_converged_s")
-    unknown = [r for r in alive if not r.get("state_records")]
+    unknown = [r for r in alive if not has_state(r)]
     if off_root:
         add(BROKEN, "tree", "spanning tree not agreed at the end: %d node%s on another root than the rest "
             "of their component (%s)" % (len(off_root), "" if len(off_root) == 1 else "s", _who(off_root)),

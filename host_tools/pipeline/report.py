@@ -340,47 +340,30 @@ def _plot_stretch(path, s, t, probes):
     return note
 
 
-CONTROL_SERIES = ("tx_bytes", "tx")   # pipeline's per-bucket sums of the counters' increases
-
-
 def _plot_control(path, s, t):
-    """Control traffic (every frame type but traffic) sent per second by the
-    whole mesh, by frame type, from the `tx_bytes` series (contract 1), or
-    frames from `tx` when bytes are not in the telemetry."""
+    """Control traffic (every frame type but traffic) sent per node and
+    second, stacked by frame type, from `analyze`'s `bytes_per_node_s`
+    series (the counters' `tx_bytes`, contract 1)."""
     ser = t["series"]
-    fig, ax = _fig(figsize=(11, 3.6))
     b = float(s.get("bucket_s") or 1.0)
-    note = None
-    used = None
-    if len(ser):
-        for name in CONTROL_SERIES:
-            sub = ser[(ser["series"] == name) & (ser["key"] != "traffic")]
-            if len(sub):
-                used = (name, sub)
-                break
-    if used:
-        name, sub = used
-        p = sub.pivot_table(index="t_s", columns="key", values="value", aggfunc="sum").fillna(0).sort_index()
-        x = list(p.index - b)
-        ax.stackplot(x, *[p[k] / b for k in p.columns], labels=list(p.columns), step="post", alpha=0.85)
-        unit = "bytes/s" if name == "tx_bytes" else "frames/s"
-        ax.set_ylabel("control %s, whole mesh" % unit)
-        ax.legend(fontsize=8, loc="upper right", ncol=len(p.columns))
-        ax.grid(alpha=0.3)
-        ax.set_xlabel("time since start of data (s)")
-        total = float(p.to_numpy().sum())
-        n = max(1, (s.get("nodes") or 1) - (s.get("nodes_down_at_end") or 0))
-        dur = max(s.get("duration_s") or b, b)
-        ax.set_title("Control traffic sent (all frame types but traffic): %.1f %s per node on average"
-                     % (total / n / dur, unit))
-        if name == "tx":
-            note = "frames, not bytes: this telemetry has no tx_bytes"
-    else:
-        _discard(fig)
+    sub = ser[(ser["series"] == "bytes_per_node_s") & (ser["key"] != "traffic")] if len(ser) else ser
+    if not len(sub):
         return ("unknown: this analysis has no control traffic over time (it needs `tx_bytes` in the "
                 "counters records and a current `snakemesh analyze`)")
+    fig, ax = _fig(figsize=(11, 3.6))
+    p = sub.pivot_table(index="t_s", columns="key", values="value", aggfunc="sum").fillna(0).sort_index()
+    x = list(p.index - b) + [float(p.index[-1])]
+    ys = [list(p[k]) + [float(p[k].iloc[-1])] for k in p.columns]
+    ax.stackplot(x, *ys, labels=list(p.columns), step="post", alpha=0.85)
+    ax.set_ylabel("bytes/s per node")
+    ax.legend(fontsize=8, loc="upper right", ncol=len(p.columns))
+    ax.grid(alpha=0.3)
+    ax.set_xlabel("time since start of data (s)")
+    ax.set_xlim(0, max(s.get("duration_s") or 0, x[-1]))
+    mean = float(p.sum(axis=1).mean())
+    ax.set_title("Control traffic sent (all frame types but traffic): %.0f bytes/s per node on average" % mean)
     _save(fig, path)
-    return note
+    return None
 
 
 def _plot_bounding(path, s, t):
@@ -388,7 +371,9 @@ def _plot_bounding(path, s, t):
     depth): the largest used/capacity over the nodes in each bucket."""
     ser = t["series"]
     fig, ax = _fig(figsize=(11, 2.6))
-    occ = ser[(ser["series"] == "occupancy_max_ratio") & ser["key"].isin(health.BOUNDING_TABLES)] if len(ser) else ser
+    occ = ser[(ser["series"] == "capacity_max_ratio") & ser["key"].isin(health.BOUNDING_TABLES)] if len(ser) else ser
+    if not len(occ) and len(ser):   # telemetry before `capacity`: the bounding tables' occupancy
+        occ = ser[(ser["series"] == "occupancy_max_ratio") & ser["key"].isin(health.BOUNDING_TABLES)]
     b = float(s.get("bucket_s") or 1.0)
     if len(occ):
         for i, (key, g) in enumerate(sorted(occ.groupby("key"), key=lambda kv: kv[0])):
@@ -619,11 +604,11 @@ def _tiles(s, rows, reasons):
     lost = [r for r in rows if r.get("down_at_end") or "silent" in (r.get("anomalies") or [])]
     judged = [r for r in rows if r.get("snake_ok") is not None]
     right = sum(1 for r in judged if r["snake_ok"])
-    reported = sum(1 for r in rows if r.get("state_records") and not r.get("down_at_end"))
+    reported = sum(1 for r in rows if health.has_state(r) and not r.get("down_at_end"))
     t = []
     t.append(_tile("nodes up at the end", "%d / %d" % (n - len(lost), n),
                    "%d down or silent" % len(lost) if lost else "none lost", colour("lost") or health.HEALTHY))
-    off = [r for r in rows if r.get("root_agrees") is False]
+    off = [r for r in rows if r.get("root_ok") is False]
     tree_t = (s.get("epochs") or [{}])[-1].get("tree_converged_s") if s.get("epochs") else s.get("tree_converged_s")
     if off:
         value, detail = "%d off root" % len(off), "nodes not on their component's root"
@@ -680,7 +665,7 @@ def _node_table(rows, cols, by, table_id):
     out = ["<table class='nodes' id='%s'><tr>%s</tr>" % (table_id, "".join("<th>%s</th>" % h for h in cols))]
     for r in rows:
         st = r.get("status") or health.UNKNOWN
-        has_state = bool(r.get("state_records"))
+        has_state = health.has_state(r)
         why_state = ("down at the end" if r.get("down_at_end") else
                      "no telemetry from this node" if not r.get("records") else "no state record from this node")
         cells = []
@@ -702,10 +687,10 @@ def _node_table(rows, cols, by, table_id):
         cells.append(_v(r.get("depth")) if has_state and r.get("depth") is not None else _unknown(why_state))
         if not has_state or r.get("down_at_end"):
             cells.append(_unknown(why_state))
-        elif r.get("root_agrees") is False:
+        elif r.get("root_ok") is False:
             cells.append("<span class='bad'>&#10007; other root</span><br><span class='key'>%s</span>"
                          % _e((r.get("root") or "")[:8]))
-        elif r.get("root_agrees") is True:
+        elif r.get("root_ok") is True:
             cells.append("<span class='good'>&#10003;</span>%s" % (" <b>root</b>" if r.get("root") == r["node"] else ""))
         else:
             cells.append(_unknown("root agreement not computed"))
@@ -730,10 +715,10 @@ def _node_table(rows, cols, by, table_id):
             cells.append("<span title='%s'>%s</span>" % (_e("all drops: " + title), txt))
         if r.get("mem_free_min") is not None:
             cells.append("%s<br><span class='key'>last %s</span>" % (health._bytes(r["mem_free_min"]),
-                                                                    health._bytes(r.get("mem_free_last"))))
+                                                                    health._bytes(r.get("mem_free"))))
         else:
             cells.append(_unknown("no mem_free in this node's counters (the simulator reports none)"))
-        ls = r.get("last_seen_s")
+        ls = r.get("silent_s")
         if ls is None:
             cells.append(_unknown("no record from this node"))
         else:
@@ -762,11 +747,11 @@ def _bounding_table(s, rows):
         o = occ.get(table)
         hits = [w for w in cw if w[1] == table]
         refused = sum((w[4] or 0) for w in hits)
-        caps = [r["capacity"][table] for r in rows if isinstance((r.get("capacity") or {}).get(table), (list, tuple))]
+        caps = [r["capacity"][table] for r in rows if isinstance((r.get("capacity") or {}).get(table), dict)]
         if o is None and not caps:
             continue
-        mx = o["max"] if o else max((c[0] or 0) for c in caps)
-        cap = o["capacity"] if o else max((c[1] or 0) for c in caps)
+        mx = o["max"] if o else max((c.get("max_used") or c.get("used") or 0) for c in caps)
+        cap = o["capacity"] if o else max((c.get("capacity") or 0) for c in caps)
         ratio = (mx / float(cap)) if cap else None
         body.append("<tr><td>%s</td><td>%s%s / %s</td><td>%d</td><td>%s</td></tr>" % (
             table, _meter(ratio, "full" if ratio is not None and ratio >= 1 else ""), _v(mx), _v(cap), len(hits),

@@ -76,12 +76,12 @@ def _text_w(s, size=FONT):
 
 def _forest(rows):
     """parent map (only edges inside the node set, cycles broken), roots."""
+    from host_tools.pipeline.health import has_state
     keys = set(r["node"] for r in rows)
     parent = {}
     for r in sorted(rows, key=lambda r: r["node"]):
         p = r.get("parent")
-        if (p and p in keys and p != r["node"] and r.get("state_records")
-                and not r.get("down_at_end")):
+        if p and p in keys and p != r["node"] and has_state(r) and not r.get("down_at_end"):
             parent[r["node"]] = p
     for n in sorted(parent):
         seen = []

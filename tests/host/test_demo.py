@@ -14,12 +14,14 @@ def test_demo_runs_end_to_end(tmp_path):
                         "--duration", "5", "--pings", "8", "--traces", "3"],
                        capture_output=True, text=True, env=env, timeout=900)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
-    for line in ("nodes up", "root agreed", "snake complete", "ping ", "report: "):
+    for line in ("nodes up", "root agreed", "snake complete", "ping ", "verdict: ", "report: "):
         assert line in r.stdout, (line, r.stdout[-3000:])
     report = out / "analysis" / "report" / "index.html"
     assert report.is_file() and report.stat().st_size > 1000
     pngs = list((out / "analysis" / "report").glob("*.png"))
-    assert len(pngs) >= 4 and all(p.stat().st_size > 2000 for p in pngs)
+    assert len(pngs) >= 3 and all(p.stat().st_size > 2000 for p in pngs)
+    for svg in ("tree.svg", "snake.svg"):
+        assert (out / "analysis" / "report" / svg).stat().st_size > 2000
     summary = json.loads((out / "analysis" / "summary.json").read_text())
     assert summary["nodes"] == 8
     assert summary["rejected_records"] == 0

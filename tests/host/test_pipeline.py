@@ -350,20 +350,26 @@ def test_a_anomalies(scen_a):
 
 
 def test_a_report_renders(scen_a):
-    from host_tools.pipeline.report import PLOTS, render
+    from host_tools.pipeline.report import PLOTS, SVGS, render
     import matplotlib.image as mpimg
     _s, out, _recs, _t, _r = scen_a
     index = render(out)
     with open(index) as f:
         page = f.read()
-    for png in PLOTS:
+    drawn = [png for png in PLOTS if os.path.isfile(os.path.join(out, "report", png))]
+    assert {"convergence.png", "delivery.png", "stretch.png"} <= set(drawn)
+    for png in drawn:
         p = os.path.join(out, "report", png)
         assert "src='%s'" % png in page
         assert os.path.getsize(p) > 10000, png
         img = mpimg.imread(p)
         assert img.shape[0] > 200 and img.shape[1] > 300
         assert float(img[..., :3].std()) > 0.05, png  # not a blank canvas
-    assert "Headline figures" in page and "n/a" not in page.split("Headline figures")[1].split("</table>")[0]
+    for svg in SVGS:
+        assert os.path.getsize(os.path.join(out, "report", svg)) > 10000, svg
+    assert "id='verdict'" in page and "id='nodes'" in page
+    assert "all figures from summary.json" in page
+    assert "n/a" not in page.split("all figures from summary.json")[1].split("</table>")[0]
 
 
 # -- scenario B: a line cut in the middle and healed; glob input ---------------------
@@ -451,7 +457,7 @@ def test_c_cli_prints_summary_and_writes_report(scen_c):
     s, out, _recs, _truth, _keyed, stdout = scen_c
     assert "snake converged at n/a" in stdout and "nodes 49, records %d" % s["records"] in stdout
     assert "report: " + os.path.join(out, "report", "index.html") in stdout
-    assert os.path.getsize(os.path.join(out, "report", "topology.png")) > 10000
+    assert "(root)" in open(os.path.join(out, "report", "tree.svg")).read()
 
 
 # -- scenario S: the real virtual-time simulator (`snakemesh sim`) -------------------------

@@ -38,7 +38,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
 
 def _row(i, **kw):
     r = {"node": "%02x" % i + "ab" * 31, "name": "n%d" % i, "records": 50, "state_records": 20,
-         "root": "ff" * 32, "root_seq": 1, "root_agrees": True, "snake_ok": True, "down_at_end": False,
+         "root": "ff" * 32, "root_seq": 1, "root_ok": True, "snake_ok": True, "down_at_end": False,
          "drops": {}, "rx_total": 1000, "anomalies": [], "capacity": {}, "mem_free_min": 60000}
     r.update(kw)
     return r
@@ -91,7 +91,7 @@ def test_verdict_snake_tree_and_lost_nodes():
     rows[4]["snake_ok"] = False
     assert judge(rows)[1]["snake"] == "broken"                        # 2 of 20 = 10%
     rows = [_row(i) for i in range(20)]
-    rows[7]["root_agrees"] = False
+    rows[7]["root_ok"] = False
     level, codes, _j = judge(rows)
     assert (level, codes["tree"]) == ("broken", "broken")
     rows = [_row(i) for i in range(20)]
@@ -126,7 +126,7 @@ def test_verdict_drops_heap_capacity_restart_unknown():
     assert judge(rows, drops_by_reason={"bad_signature": 3000})[1]["drops"] == "broken"
     # a node without a state record is unknown, not healthy and not broken
     rows = [_row(i) for i in range(20)]
-    rows[9].update(state_records=0, root=None, root_agrees=None, snake_ok=None)
+    rows[9].update(state_records=0, root=None, root_ok=None, snake_ok=None, depth=None)
     level, codes, judged = judge(rows)
     assert (level, codes["unknown"], judged[9]["status"]) == ("degraded", "degraded", "unknown")
     # no data at all
@@ -135,9 +135,11 @@ def test_verdict_drops_heap_capacity_restart_unknown():
 
 def test_capacity_falls_back_to_the_nodes_capacity_without_summary_warnings():
     rows = [_row(i) for i in range(4)]
-    rows[1]["capacity"] = {"peers": [16, 16, 0], "routes": [3, 64, 0], "depth": [2, 20, 0]}
-    rows[2]["capacity"] = {"routes": [10, 64, 5]}
-    rows[3]["capacity"] = {"sigcache": [64, 64, 0]}                  # not a bounding table
+    cap = lambda used, c, refused, top=None: {"used": used, "capacity": c, "refused": refused,  # noqa: E731
+                                              "max_used": used if top is None else top}
+    rows[1]["capacity"] = {"peers": cap(16, 16, 0), "routes": cap(3, 64, 0), "depth": cap(2, 20, 0)}
+    rows[2]["capacity"] = {"routes": cap(10, 64, 5)}
+    rows[3]["capacity"] = {"sigcache": cap(64, 64, 0), "routes": cap(30, 64, 0, top=63)}  # sigcache: a cache
     s = _summary()
     del s["capacity_warnings"]
     got = sorted((n[:2], t) for n, t, _u, _c, _r in health.capacity_warnings(s, rows))
