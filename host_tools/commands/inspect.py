@@ -6,144 +6,24 @@ or a pyserial URL (socket://host:port, rfc2217://...). Tables are for people;
 --json prints the node's reply as one JSON line for scripts.
 """
 import json
-import math
 import sys
 import threading
 import time
 
-from host_tools import boards, keystore
+from host_tools import boards
 from host_tools.console_client import ConsoleClient, NodeError
 from host_tools.errors import CliError, DeviceError, InputError
 
 DEFAULT_TIMEOUT = 5.0
 
 
-# ---------------------------------------------------------------- formatting --
-
-def short(key, wide=False):
-    if key is None:
-        return "-"
-    if not isinstance(key, str) or wide or len(key) <= 16:
-        return str(key)
-    return key[:16]
-
-
-def fmt(v, wide=False):
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return ("%.2f" % v).rstrip("0").rstrip(".")
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(fmt(x, wide) for x in v) + "]"
-    if isinstance(v, dict):
-        return " ".join("%s=%s" % (k, fmt(x, wide)) for k, x in sorted(v.items()))
-    return str(v)
-
-
-def table(headers, rows):
-    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = []
-    for n, r in enumerate(cells):
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def kv(pairs):
-    width = max([len(k) for k, _ in pairs] or [0])
-    return "\n".join("%s  %s" % (k.ljust(width), v) for k, v in pairs)
-
-
-def strip_envelope(reply):
-    return dict((k, v) for k, v in reply.items() if k not in ("re", "ok", "id"))
-
-
-def _flatten(prefix, v, out):
-    if isinstance(v, dict) and v:
-        for k in sorted(v):
-            _flatten(prefix + "." + str(k) if prefix else str(k), v[k], out)
-    else:
-        out.append((prefix, v))
-
-
-STATUS_FIELDS = ["key", "version", "root", "root_seq", "parent", "coords", "depth", "desc",
-                 "peers", "routes", "uptime_s", "mem_free"]
-
-
-def render_status(d, wide=False):
-    keys = STATUS_FIELDS + sorted(k for k in d if k not in STATUS_FIELDS)
-    return kv([(k, fmt(d.get(k), True)) for k in keys if k in d])
-
-
-def render_peers(d, wide=False):
-    peers = d.get("peers") or []
-    if not peers:
-        return "no peers"
-    rows = [[p.get("port"), short(p.get("key"), wide), p.get("link", "-"), short(p.get("root"), wide),
-             fmt(p.get("root_seq")), fmt(p.get("coords"))] for p in peers]
-    return table(["PORT", "KEY", "LINK", "ROOT", "ROOT_SEQ", "COORDS"], rows)
-
-
-def render_tree(d, wide=False):
-    pairs = [(k, fmt(d.get(k))) for k in ("root", "root_seq", "parent", "coords", "depth") if k in d]
-    anc = d.get("ancestors") or []
-    text = kv(pairs)
-    if anc:
-        text += "\nancestors (nearest first):\n" + "\n".join("  %d  %s" % (i + 1, a) for i, a in enumerate(anc))
-    return text
-
-
-def render_snake(d, wide=False):
-    desc = d.get("desc")
-    if not desc:
-        text = "descending: none"
-    else:
-        text = "descending: %s (port %s, root %s, root_seq %s)" % (
-            desc.get("key"), fmt(desc.get("port")), short(desc.get("root"), wide), fmt(desc.get("root_seq")))
-    return text + "\nsnake routes: %s" % fmt(d.get("routes"))
-
-
-def render_routes(d, wide=False):
-    routes = d.get("routes") or []
-    if not routes:
-        return "no routes"
-    rows = [[short(r.get("key"), wide), fmt(r.get("src_port")), fmt(r.get("dst_port")),
-             short(r.get("root"), wide), fmt(r.get("root_seq")), short(r.get("wm_key"), wide),
-             fmt(r.get("wm_seq")), fmt(r.get("age_ms"))] for r in routes]
-    return table(["KEY", "SRC", "DST", "ROOT", "ROOT_SEQ", "WM_KEY", "WM_SEQ", "AGE_MS"], rows)
-
-
-def render_stats(d, wide=False):
-    out = []
-    for k in sorted(d):
-        _flatten(k, d[k], out)
-    return kv([(k, fmt(v)) for k, v in out]) if out else "no counters"
-
-
-RENDERERS = {"status": render_status, "peers": render_peers, "tree": render_tree,
-             "snake": render_snake, "routes": render_routes, "stats": render_stats}
-
-
-def ping_summary(d):
-    sent = int(d.get("sent") or 0)
-    rtts = [float(x) for x in (d.get("rtts_ms") or []) if isinstance(x, (int, float))]
-    received = int(d.get("received", len(rtts)) or 0)
-    loss = 100.0 * (sent - received) / sent if sent else 100.0
-    lines = ["%d probes sent, %d received, %s%% loss" % (sent, received, fmt(round(loss, 1)))]
-    if rtts:
-        avg = sum(rtts) / len(rtts)
-        mdev = math.sqrt(sum((x - avg) ** 2 for x in rtts) / len(rtts))
-        lines.append("rtt min/avg/max/mdev = %.2f/%.2f/%.2f/%.2f ms" % (min(rtts), avg, max(rtts), mdev))
-    return "\n".join(lines), received
+from host_tools.render import RENDERERS, strip_envelope, ping_summary, render_ping, render_trace  # noqa: F401
+from host_tools import names as names_mod
 
 
 # ---------------------------------------------------------------- commands ---
 
-def _common(p, json_flag=True, port=True):
+def _common(p, json_flag=True, port=True, names=True):
     if port:
         p.add_argument("--port", required=True, help="device path or pyserial URL (socket://host:port)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
@@ -152,6 +32,14 @@ def _common(p, json_flag=True, port=True):
     if json_flag:
         p.add_argument("--json", action="store_true", help="print the node's reply as JSON")
         p.add_argument("--wide", action="store_true", help="show full keys in tables")
+    if names:
+        p.add_argument("--names", metavar="FILE|DIR",
+                       help="node names: a mesh/demo/sim output folder, nodes.json, truth.json, telemetry "
+                            "with a topology record, or NAME KEY lines (default $%s)" % names_mod.ENV)
+
+
+KEY_HELP = ("destination: a public key (64 hex digits), a unique prefix of at least %d hex digits, "
+            "or a node name from --names" % names_mod.MIN_PREFIX)
 
 
 def register(subparsers):
@@ -168,13 +56,13 @@ def register(subparsers):
 
     p = subparsers.add_parser("ping", help="ping a key through the mesh; RTT statistics")
     _common(p)
-    p.add_argument("key", metavar="KEY", help="destination public key (64 hex digits)")
+    p.add_argument("key", metavar="KEY", help=KEY_HELP)
     p.add_argument("-c", "--count", type=int, default=4, help="number of probes (default %(default)s)")
     p.set_defaults(func=run_ping)
 
     p = subparsers.add_parser("trace", help="trace the path to a key, hop by hop")
     _common(p)
-    p.add_argument("key", metavar="KEY", help="destination public key (64 hex digits)")
+    p.add_argument("key", metavar="KEY", help=KEY_HELP)
     p.set_defaults(func=run_trace)
 
     p = subparsers.add_parser(
@@ -187,7 +75,7 @@ def register(subparsers):
     p.add_argument("--duration", type=float, default=None, help="seconds to record (default: until Ctrl-C)")
     p.add_argument("--interval", default="1", help="telemetry period asked of each node, seconds (default 1)")
     p.add_argument("--append", action="store_true", help="append to FILE instead of replacing it")
-    _common(p, json_flag=False, port=False)
+    _common(p, json_flag=False, port=False, names=False)
     p.set_defaults(func=run_monitor)
 
     p = subparsers.add_parser(
@@ -203,37 +91,54 @@ def _print_json(reply):
 
 
 def run_query(args):
+    names = names_mod.from_args(args.names)
     with ConsoleClient(args.port, timeout=args.timeout) as c:
         reply = c.request(args.query)
     if args.json:
         _print_json(reply)
     else:
-        print(RENDERERS[args.query](strip_envelope(reply), args.wide))
+        print(RENDERERS[args.query](strip_envelope(reply), args.wide, names))
     return 0
 
 
+def resolve_key(c, text, names):
+    """KEY argument -> 64 hex digits (a prefix is looked up in the names
+    and among the keys the node knows)."""
+    return names_mod.resolve(text, names, known=lambda: names_mod.node_keys(c))
+
+
+def _check_key(text, names):
+    names_mod.classify(text, names)      # a malformed KEY fails before the port is opened
+
+
+def _dest(key, names):
+    n = names.name(key)
+    return "%s (%s)" % (key, n) if n else key
+
+
 def run_ping(args):
-    key = keystore.parse_public_key(args.key)
     if args.count < 1:
         raise CliError("ping: -c must be at least 1", exit_code=2)
+    names = names_mod.from_args(args.names)
+    _check_key(args.key, names)
     with ConsoleClient(args.port, timeout=args.timeout) as c:
+        key = resolve_key(c, args.key, names)
         # The node sends the probes; allow it about a second per probe.
         reply = c.request("ping", key, args.count, timeout=args.timeout + args.count)
     d = strip_envelope(reply)
-    summary, received = ping_summary(d)
+    _, received = ping_summary(d)
     if args.json:
         _print_json(reply)
     else:
-        print("ping %s from %s" % (key, args.port))
-        for i, r in enumerate(d.get("rtts_ms") or []):
-            print("  reply %d: rtt %s ms" % (i + 1, fmt(r)))
-        print(summary)
+        print(render_ping(d, args.wide, names, header="ping %s from %s" % (_dest(key, names), args.port)))
     return 0 if received else 1
 
 
 def run_trace(args):
-    key = keystore.parse_public_key(args.key)
+    names = names_mod.from_args(args.names)
+    _check_key(args.key, names)
     with ConsoleClient(args.port, timeout=args.timeout) as c:
+        key = resolve_key(c, args.key, names)
         reply = c.request("trace", key, timeout=args.timeout * 2, check=False)
     # The trace data's `ok` (destination reached) shares the reply envelope's
     # `ok`: ok:false *with* hops is an unreached destination, without hops
@@ -246,10 +151,8 @@ def run_trace(args):
     if args.json:
         _print_json(reply)
     else:
-        print("trace to %s from %s" % (key, args.port))
-        for i, h in enumerate(d.get("hops") or []):
-            print("  %2d  %s  %s ms" % (i + 1, short(h.get("key"), args.wide), fmt(h.get("rtt_ms"))))
-        print("reached" if ok else "destination not reached")
+        print(render_trace(d, args.wide, names, header="trace to %s from %s" % (_dest(key, names), args.port),
+                           reached=ok))
     return 0 if ok else 1
 
 

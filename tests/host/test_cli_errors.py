@@ -166,14 +166,21 @@ def test_board_busy_in_the_repl(mode, capfd):
                                    "Ctrl-D or reset it" % n.port)
 
 
-@pytest.mark.parametrize("key", ["zz", "12345", "g" * 64, "ab" * 33])
+@pytest.mark.parametrize("key,msg", [
+    ("zz", "unknown key format: 'zz' (expected a public key of 64 hex digits, a prefix of at least 8, or a "
+           "node name with --names FILE)"),
+    ("12345", "key prefix '12345' is too short: give at least 8 hex digits (or all 64)"),
+    ("g" * 64, "unknown key format: %r (expected a public key of 64 hex digits, a prefix of at least 8, or "
+               "a node name with --names FILE)" % ("g" * 64)),
+    ("ab" * 33, "unknown key format: %r (66 hex digits: a public key has 64)" % ("ab" * 33)),
+])
 @pytest.mark.parametrize("cmd", ["ping", "trace"])
-def test_unknown_key_format(cmd, key, capfd):
+def test_unknown_key_format(cmd, key, msg, capfd):
     with FakeNode("ok", "pty") as n:
         rc, _, err = run(capfd, cmd, "--port", n.port, key)
         assert n.received == []          # rejected before anything is sent
     assert rc == 5
-    assert one_error_line(err) == "unknown key format: %r (expected a public key of 64 hex digits)" % key
+    assert one_error_line(err) == msg
 
 
 def test_node_error_reply(capfd):

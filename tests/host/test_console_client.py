@@ -126,7 +126,17 @@ def test_tree_snake_routes_stats(pty_node, capfd):
                                            "3c22222222222222", "3", "1500"]
     rc, out, _ = run(capfd, "stats", "--port", pty_node.port)
     assert rc == 0
-    assert "rx.traffic        10" in out and "occupancy.routes  [3,32]" in out and "drops.no_route    1" in out
+    # grouped by concern, not one flat line per counter
+    sections = [block.splitlines()[0] for block in out.strip().split("\n\n")]
+    assert sections == ["frames", "traffic", "drops by reason", "crypto (signature checks)",
+                        "links and handshakes", "tables", "memory"], sections
+    assert "  traffic    10   9" in out.splitlines()
+    assert "  control (every type but traffic): 0 of 9 frames sent (0%)" in out.splitlines()
+    assert "drops by reason\n  no_route  1\n" in out
+    assert [l.split() for l in out.splitlines() if l.startswith("  routes ")] == [
+        ["routes", "3", "32", "9.4%", "0", "-"]]
+    assert "verify_done  5    verify_cached  3    verify_skipped  1" in out
+    assert "no link counters" in out and "handshake failures" not in out     # the fake sends neither
 
 
 def test_ping_statistics(pty_node, capfd):
