@@ -84,12 +84,24 @@ def parse_topology(path):
 
 class ProcessMesh(object):
     def __init__(self, topology, out_dir, seed=1, profile="UNIX", ble_latency_ms=5.0,
-                 heapsize=None, log=None, mpy=False):
+                 heapsize=None, log=None, mpy=False, hub_profile=None, node_profiles=None):
         self.topology_path = topology
         self.names, self.edges = parse_topology(topology)
         self.out_dir = out_dir
         self.seed = seed
         self.profile = profile
+        # per node: the base profile, the hub profile where a node has more
+        # links than the base max_peers, single-node settings (as `sim`)
+        from host_tools.sim import profiles as PR
+        degree = {n: 0 for n in self.names}
+        for a, b, _ in self.edges:
+            degree[a] += 1
+            degree[b] += 1
+        try:
+            self.node_profiles = PR.assign(self.names, degree.__getitem__, profile or "UNIX",
+                                           hub_profile, node_profiles)
+        except PR.ProfileSpecError as e:
+            raise InputError(str(e))
         self.ble_latency_ms = ble_latency_ms
         self.heapsize = heapsize
         self.mpy = mpy            # run the firmware compiled to .mpy, as on a board
@@ -120,6 +132,10 @@ class ProcessMesh(object):
     def __exit__(self, *exc):
         self.stop()
         return False
+
+    def profile_of(self, name):
+        """The profile (board name or path) node `name` runs."""
+        return self.node_profiles.get(name, self.profile)
 
     def hexkey(self, name):
         return binascii.hexlify(self.keys[name]).decode()
@@ -158,7 +174,7 @@ class ProcessMesh(object):
         self._spec = {}
         for n in self.names:
             self._spec[n] = dict(seed=node_seed(str(self.seed), n), listen=listen[n], connect=connect[n],
-                                 multicast=False, profile=self.profile, heapsize=self.heapsize,
+                                 multicast=False, profile=self.profile_of(n), heapsize=self.heapsize,
                                  mpy_dir=self.mpy_dir, ble_medium=self.medium_addr if n in ble_nodes else None, ble_name=n)
             self._launch(n, boot_timeout)
             node = self.nodes[n]

@@ -18,7 +18,8 @@ def register(sub):
                    help="topology file (see README) or a shipped one by name (e.g. demo-mixed)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (telemetry.jsonl, logs/)")
     p.add_argument("--seed", type=int, default=1, help="key seed: node keys derive from it and the names")
-    p.add_argument("--profile", default="UNIX", metavar="BOARD|FILE", help="board profile (default UNIX)")
+    from host_tools.commands.sim import add_profile_options
+    add_profile_options(p)
     p.add_argument("--duration", type=float, default=15.0, metavar="S",
                    help="seconds of telemetry and probes after convergence (default 15)")
     p.add_argument("--pings", type=int, default=12, metavar="N", help="random pairs to ping (default 12)")
@@ -37,12 +38,19 @@ def run_mesh(args, progress=say):
     from host_tools import topofiles
     args.topology = topofiles.resolve(args.topology)
     os.makedirs(args.out, exist_ok=True)
+    from host_tools.commands.sim import profile_options
+    hub, node_profiles = profile_options(args)
     rnd = random.Random(args.seed)
     summary = {}
     with ProcessMesh(args.topology, args.out, seed=args.seed, profile=args.profile,
-                     heapsize=args.heapsize, log=progress) as m:
+                     heapsize=args.heapsize, log=progress, hub_profile=hub,
+                     node_profiles=node_profiles) as m:
         progress("%d nodes up, %d links (%d BLE)" % (len(m.names), len(m.edges),
                                                      sum(1 for e in m.edges if e[2] == "ble")))
+        if m.node_profiles:
+            progress("profiles: %s on %s; others %s" % (
+                ", ".join(sorted(set(m.node_profiles.values()))),
+                " ".join(sorted(m.node_profiles)), args.profile))
         t_tree, t_snake = m.wait_converged(timeout=args.converge_timeout, progress=progress)
         summary.update(tree_converged_s=round(t_tree, 1), snake_converged_s=round(t_snake, 1))
         m.telemetry(1)

@@ -2,6 +2,7 @@
 
     snakemesh sim --topology sim --duration 120 --seed 1 --out out/sim
     snakemesh sim --generate rgg:1000 --duration 300 --seed 7 --out out/big --scenario churn.txt
+    snakemesh sim --generate ba:500:2 --profile ESP32_GENERIC --hub-profile GATEWAY --duration 120 --out out/ba
 
 Runs the shipped router core of every node on one discrete-event clock and
 writes telemetry.jsonl, topology.txt and truth.json to --out; prints
@@ -22,18 +23,20 @@ def register(subparsers):
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--topology", metavar="FILE|NAME",
                      help="topology file (see docs/SIMULATOR.md) or a shipped one by name (e.g. grid4-0049)")
-    src.add_argument("--generate", metavar="SPEC", help="generated topology: grid:WxH or rgg:N[:RADIUS]")
+    src.add_argument("--generate", metavar="SPEC",
+                     help="generated topology: grid:WxH, rgg:N[:RADIUS] (random geometric) or "
+                          "ba:N:M (Barabasi-Albert scale-free: hubs)")
     p.add_argument("--duration", type=float, required=True, metavar="SECONDS", help="virtual seconds to run")
     p.add_argument("--seed", type=int, default=1, help="run seed: keys, timing, loss, pairs (default %(default)s)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
     p.add_argument("--scenario", metavar="FILE", help="scripted events (docs/SIMULATOR.md)")
-    p.add_argument("--profile", default="UNIX", metavar="NAME_OR_PATH",
-                   help="board profile name (boards/NAME) or profile.json path (default %(default)s)")
+    add_profile_options(p)
     p.add_argument("--profile-set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one profile setting, e.g. max_hops=48 (repeatable; VALUE is JSON "
-                        "or a plain string)")
+                   help="override one setting of the base profile, e.g. max_hops=48 (repeatable; "
+                        "VALUE is JSON or a plain string)")
     p.add_argument("--hop-limit", type=int, default=None, metavar="N",
-                   help="hop limit of probe traffic (default: the protocol's 10)")
+                   help="hop limit of probe traffic (default: the sending node's profile "
+                        "traffic_hop_limit)")
     p.add_argument("--pings", type=int, default=20, metavar="N",
                    help="without a ping-set in the scenario: ping N random pairs 3 times at half "
                         "time (0 = none; default %(default)s)")
@@ -47,6 +50,35 @@ def register(subparsers):
     p.add_argument("--no-telemetry", action="store_true", help="skip telemetry.jsonl (truth.json only)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
+
+
+def add_profile_options(p):
+    """--profile, --hub-profile, --node-profile (shared with `snakemesh mesh`)."""
+    p.add_argument("--profile", default="UNIX", metavar="NAME_OR_PATH",
+                   help="board profile of every node: a board name (boards/NAME) or a "
+                        "profile.json path (default %(default)s)")
+    p.add_argument("--hub-profile", default=None, metavar="NAME_OR_PATH",
+                   help="profile of every node with more links than the base profile's "
+                        "max_peers (e.g. GATEWAY)")
+    p.add_argument("--node-profile", action="append", default=[], metavar="NAME=PROFILE",
+                   help="profile of one node (repeatable; wins over --hub-profile)")
+
+
+def profile_options(args):
+    """(hub profile, {node: profile}) from the parsed options, checked:
+    UsageError/InputError with one line on a bad value."""
+    from host_tools.sim import profiles as PR
+    try:
+        node_profiles = PR.parse_node_profiles(args.node_profile)
+    except PR.ProfileSpecError as e:
+        raise UsageError(str(e))
+    try:
+        for spec in [args.profile, args.hub_profile] + sorted(set(node_profiles.values())):
+            if spec is not None:
+                PR.load(spec)
+    except PR.ProfileSpecError as e:
+        raise InputError(str(e))
+    return args.hub_profile, node_profiles
 
 
 def run(args):
@@ -72,6 +104,7 @@ def run(args):
             overrides[k] = json.loads(v)
         except ValueError:
             overrides[k] = v
+    hub, node_profiles = profile_options(args)
     if args.crash_detect_ms == "keepalive":
         crash = None
     else:
@@ -88,7 +121,7 @@ def run(args):
                        counters_interval=args.counters_interval, crash_detect_ms=crash,
                        progress=None if args.quiet else sys.stderr,
                        telemetry=not args.no_telemetry, profile_set=overrides,
-                       hop_limit=args.hop_limit)
+                       hop_limit=args.hop_limit, hub_profile=hub, node_profiles=node_profiles)
     except (runner.RunError, MeshError) as e:
         raise InputError(str(e))
     print(runner.summary_line(s))

@@ -42,6 +42,7 @@ import os
 import sys
 
 from host_tools.sim import probes as P
+from host_tools.sim import profiles as PR
 from host_tools.sim.engine import Engine, US_PER_MS, US_PER_S
 from host_tools.sim.keys import make_signer, hexkey
 from host_tools.sim.links import (Endpoint, Link, LINK_TYPES, LINK_IDS, link_params,
@@ -60,22 +61,25 @@ class MeshError(ValueError):
 class NodeState:
     __slots__ = ("mesh", "name", "index", "key", "hex", "signer", "router", "alive",
                  "incarnation", "ports", "links", "phase", "last_peers", "inbox",
-                 "restarts", "carried_bytes", "carried_frames", "carried_link_bytes")
+                 "restarts", "carried_bytes", "carried_frames", "carried_link_bytes",
+                 "profile", "peers_dirty")
 
-    def __init__(self, mesh, name, index, key, signer, max_peers):
+    def __init__(self, mesh, name, index, key, signer, profile):
         self.mesh = mesh
         self.name = name
         self.index = index
         self.key = key
         self.hex = hexkey(key)
         self.signer = signer
+        self.profile = profile                  # this node's board Profile
         self.router = None
         self.alive = False
         self.incarnation = 0
-        self.ports = [None] * (max_peers + 1)   # outgoing Endpoint per port
+        self.ports = [None] * (profile.max_peers + 1)   # outgoing Endpoint per port
         self.links = []                         # Links touching this node
         self.phase = 0
         self.last_peers = None
+        self.peers_dirty = True     # the peer list may have changed since the last sample
         self.inbox = collections.deque(maxlen=1000)
         self.restarts = 0
         # what this node's links accepted from it, counted by the simulator
@@ -98,25 +102,10 @@ class NodeState:
 
 def load_profile(profile):
     """Profile from None (UNIX board), a Profile, a dict, a board name or a path."""
-    from snake.profile import Profile
-    if profile is None:
-        profile = "UNIX"
-    if isinstance(profile, Profile):
-        return profile
-    if isinstance(profile, dict):
-        return Profile(profile)
-    if isinstance(profile, str):
-        from host_tools import BOARDS_DIR
-        cand = os.path.join(BOARDS_DIR, profile, "profile.json")
-        if os.path.isfile(cand):
-            return Profile.load(cand)
-        if os.path.isfile(profile):
-            return Profile.load(profile)
-        boards = sorted(d for d in os.listdir(BOARDS_DIR)
-                        if os.path.isfile(os.path.join(BOARDS_DIR, d, "profile.json")))
-        raise MeshError("no board profile %r (boards: %s; or a path to a profile.json)"
-                        % (profile, ", ".join(boards)))
-    raise MeshError("bad profile %r" % (profile,))
+    try:
+        return PR.load(profile)
+    except PR.ProfileSpecError as e:
+        raise MeshError(str(e))
 
 
 def as_topology(topology):
@@ -141,10 +130,24 @@ class Mesh:
     def __init__(self, topology, seed=1, profile=None, link_defaults=None, telemetry=None,
                  crash_detect_ms=0, reconnect_ms=2000, start_spread_ms=500, tick_ms=250,
                  tick_base_ms=0, probe_timeout_ms=5000, hop_limit=None, strict=True,
-                 router_class=None):
+                 router_class=None, hub_profile=None, node_profiles=None, verify_memo=True):
         self.topology = as_topology(topology)
         self.seed = seed
         self.profile = load_profile(profile)
+        adj = self.topology.adjacency()
+        try:
+            specs = PR.assign(self.topology.names, lambda x: len(adj[x]), self.profile,
+                              hub_profile, node_profiles)
+        except PR.ProfileSpecError as e:
+            raise MeshError(str(e))
+        loaded = {}
+        self.node_profiles = {}            # name -> Profile, nodes not on the base profile
+        for name, spec in specs.items():
+            k = spec if isinstance(spec, str) else id(spec)
+            if k not in loaded:
+                loaded[k] = load_profile(spec)
+            self.node_profiles[name] = loaded[k]
+        self.hub_profile = hub_profile
         try:
             check_overrides(link_defaults)
         except ValueError as e:
@@ -165,13 +168,12 @@ class Mesh:
         if router_class is None:
             from snake.router import Router as router_class
         self.router_class = router_class
-        from snake.wire import Frame, WireError, HOP_LIMIT_TRAFFIC
-        if hop_limit is None:
-            hop_limit = HOP_LIMIT_TRAFFIC
-        if not 1 <= hop_limit <= 255:
+        from snake.wire import Frame, WireError
+        if hop_limit is not None and not 1 <= hop_limit <= 255:
             raise MeshError("hop_limit must be within 1..255")
-        self.hop_limit = hop_limit
-        self._frame = Frame(self.profile.max_hops)
+        self.hop_limit = hop_limit         # None: each sender's traffic_hop_limit
+        self._frame = Frame(max([self.profile.max_hops] +
+                                [p.max_hops for p in self.node_profiles.values()]))
         self._wire_error = WireError
 
         self.engine = Engine(seed)
@@ -191,6 +193,9 @@ class Mesh:
         self._comp_cache = None
         self._topo_version = 0
         self._patched = None
+        self._verify_memo = None
+        self.verify_memo = verify_memo     # share signature checks between nodes (VerifyMemo)
+        self.peers_every_sample = False    # True: router.peers() at every sample (tests)
         self._truth = None
 
         self.nodes_by_name = {}
@@ -218,7 +223,8 @@ class Mesh:
         key = bytes(signer.public)
         if key in self.names:
             raise MeshError("key collision between %s and %s" % (name, self.names[key]))
-        n = NodeState(self, name, len(self._nodes), key, signer, self.profile.max_peers)
+        n = NodeState(self, name, len(self._nodes), key, signer,
+                      self.node_profiles.get(name, self.profile))
         n.phase = self.rng.randrange(self.tick_us)
         self._nodes.append(n)
         self.nodes_by_name[name] = n
@@ -244,9 +250,10 @@ class Mesh:
     def _boot(self, n):
         """Start a fresh router on node n (its links connect separately)."""
         n.incarnation += 1
-        n.ports = [None] * (self.profile.max_peers + 1)
+        n.ports = [None] * (n.profile.max_peers + 1)
         n.last_peers = None
-        r = self.router_class(self.profile, n.signer, self._now_ms())
+        n.peers_dirty = True
+        r = self.router_class(n.profile, n.signer, self._now_ms())
         n.router = r
         n.alive = True
         inc = n.incarnation
@@ -308,13 +315,13 @@ class Mesh:
                     n.router.peer_refused()
             self._block(link, "port_full %s" % (a.name if not pa else b.name))
             return
-        qa = self._qcap(link)
-        ep_ab = Endpoint(link, a, b, pb, link.latency, link.bw, link.loss, qa)
-        ep_ba = Endpoint(link, b, a, pa, link.latency, link.bw, link.loss, qa)
+        ep_ab = Endpoint(link, a, b, pb, link.latency, link.bw, link.loss, self._qcap(link, a))
+        ep_ba = Endpoint(link, b, a, pa, link.latency, link.bw, link.loss, self._qcap(link, b))
         ep_ab.peer = ep_ba
         ep_ba.peer = ep_ab
         a.ports[pa] = ep_ab
         b.ports[pb] = ep_ba
+        a.peers_dirty = b.peers_dirty = True
         link.ep_ab = ep_ab
         link.ep_ba = ep_ba
         link.epoch += 1
@@ -364,8 +371,9 @@ class Mesh:
         self._sim_event("router_exception", "%s %s: %s: %s at %s"
                         % (n.name, where, type(e).__name__, e, loc), n)
 
-    def _qcap(self, link):
-        p = self.profile
+    def _qcap(self, link, sender):
+        """Send queue of one direction: the sending node's profile."""
+        p = sender.profile
         return p.ble_queue if link.link_id == LINK_IDS["ble"] else p.wifi_queue
 
     def _block(self, link, why):
@@ -388,6 +396,7 @@ class Mesh:
             link.a.ports[pa] = None
         if link.b.ports[pb] is ep_ba:
             link.b.ports[pb] = None
+        link.a.peers_dirty = link.b.peers_dirty = True
         link.ep_ab = link.ep_ba = None
         self._topo_version += 1
         return pa, pb
@@ -470,7 +479,10 @@ class Mesh:
             self.stats["dropped_dead"] += 1
             return
         length = len(frame)
-        if self._probes and frame[5] == 3 and P.REQ in frame:
+        t = frame[5]
+        if t == 1:                  # an announcement: a peer's root/sequence may change
+            n.peers_dirty = True
+        elif t == 3 and self._probes and P.REQ in frame:
             self._observe(n, frame, length)
         rx = self._rxbuf
         rx[:length] = frame
@@ -520,7 +532,8 @@ class Mesh:
         src_key, pid = arg
         if n.alive and n.router is not None:
             try:
-                n.router.send(src_key, P.reply_payload(pid), self._now_ms(), self.hop_limit)
+                n.router.send(src_key, P.reply_payload(pid), self._now_ms(),
+                              self._hop_limit_of(n))
             except Exception as e:
                 self._router_exception(n, "send", e)
 
@@ -530,7 +543,7 @@ class Mesh:
         src, dst = self._node(a), self._node(b)
         pid = self._next_probe
         self._next_probe += 1
-        pr = P.Probe(pid, src, dst, self.engine.now)
+        pr = P.Probe(pid, src, dst, self.engine.now, P.shortest_hops(src, dst))
         timeout_us = self.probe_timeout_us if timeout is None else int(timeout * US_PER_S)
         if not src.alive:
             pr.reason = "source down"
@@ -540,7 +553,7 @@ class Mesh:
         with self._virtual():
             try:
                 sent = src.router.send(dst.key, P.request_payload(pid), self._now_ms(),
-                                       self.hop_limit)
+                                       self._hop_limit_of(src))
             except Exception as e:
                 self._router_exception(src, "send", e)
                 sent = False
@@ -628,7 +641,14 @@ class Mesh:
         if not src.alive:
             return False
         with self._virtual():
-            return src.router.send(dst.key, bytes(payload), self._now_ms(), self.hop_limit)
+            return src.router.send(dst.key, bytes(payload), self._now_ms(),
+                                   self._hop_limit_of(src))
+
+    def _hop_limit_of(self, n):
+        """Hop limit of traffic node n originates: the mesh's hop_limit when
+        set, else n's profile traffic_hop_limit."""
+        h = self.hop_limit
+        return h if h is not None else n.profile.traffic_hop_limit
 
     def carried(self, name):
         """What node `name`'s links accepted from it over the whole run
@@ -692,6 +712,15 @@ class Mesh:
         """Every node's descending key is the next-lower key of its
         component; the lowest key of a component has none."""
         return all(P.snake_ok(c) for c in self.components())
+
+    def snake_correct_ratio(self):
+        """Fraction of the running nodes whose descending entry is the true
+        next-lower key of their component (1.0 = snake_correct())."""
+        comps = self.components()
+        total = sum(len(c) for c in comps)
+        if not total:
+            return None
+        return sum(P.snake_correct_count(c) for c in comps) / float(total)
 
     def converged(self):
         comps = self.components()
@@ -915,15 +944,22 @@ class Mesh:
             if not n.alive:
                 continue
             r = n.router
+            # the peer list changes only with the node's links and the
+            # announcements it receives (peers_dirty); checked in full at
+            # every counters sample as well
+            check = n.peers_dirty or do_counters or self.peers_every_sample
             try:
                 snap = r.snapshot()
-                peers = TM.peers_list(r, self._sim_peers(n))
+                peers = TM.peers_list(r, lambda n=n: self._sim_peers(n)) if check else None
                 counters = TM.counters_fields(r) if do_counters else None
             except Exception as e:
                 self._router_exception(n, "snapshot", e)
                 continue
-            tel.write("state", t, n.hex, TM.state_fields(snap))
-            if peers != n.last_peers:
+            st = TM.state_fields(snap)
+            st["profile"] = n.profile.name
+            tel.write("state", t, n.hex, st)
+            n.peers_dirty = False
+            if check and peers != n.last_peers:
                 n.last_peers = peers
                 tel.write("peers", t, n.hex, {"peers": peers})
             if do_counters:
@@ -942,26 +978,46 @@ class Mesh:
     def track_convergence(self, interval_ms=250):
         """Check the ground truth every interval_ms of virtual time; record
         when it first holds, every change, and for every scenario event the
-        time until it holds again (see ``convergence``)."""
+        time until it holds again (see ``convergence``). The snake alone
+        (every descending entry right) is tracked too."""
         self._truth = {"first": None, "converged": None, "interval_ms": interval_ms,
-                       "transitions": [], "events": []}
+                       "transitions": [], "events": [],
+                       "snake_first": None, "snake": None, "snake_transitions": []}
         self.engine.at(self.engine.now, self._truth_check, int(interval_ms * US_PER_MS), None)
 
     @property
     def convergence(self):
-        """{"first": s|None, "transitions": [{"t","converged"}], "events":
-        [{"t", "event", "detail", "reconverged_s"}], "interval_ms"} or None."""
+        """{"first": s|None, "held_from": s|None, "transitions": [{"t",
+        "converged"}], "events": [{"t", "event", "detail", "reconverged_s"}],
+        "snake_first", "snake_held_from", "snake_transitions",
+        "interval_ms"} or None. "first": the first check at which the tree
+        agreed and every descending entry was right; "held_from": the start
+        of the last such stretch when it still holds at the last check (else
+        None); "snake_*": the same for the descending entries alone (the
+        snake converged at snake_held_from)."""
         if self._truth is None:
             return None
         d = dict(self._truth)
         d.pop("converged")
+        d.pop("snake")
+        for key, trans in (("held_from", d["transitions"]),
+                           ("snake_held_from", d["snake_transitions"])):
+            last = trans[-1] if trans else None
+            d[key] = last["t"] if last is not None and last["converged"] else None
         return d
 
     def _truth_check(self, step, _):
         tr = self._truth
         t = self.engine.now
-        ok = self.converged()
+        comps = self.components()
+        snake = all(P.snake_ok(c) for c in comps)
+        ok = snake and all(P.tree_ok(c) for c in comps)
         ts = TM.t_seconds(t)
+        if snake != tr["snake"]:
+            tr["snake"] = snake
+            tr["snake_transitions"].append({"t": ts, "converged": snake})
+            if snake and tr["snake_first"] is None:
+                tr["snake_first"] = ts
         if ok != tr["converged"]:
             tr["converged"] = ok
             tr["transitions"].append({"t": ts, "converged": ok})
@@ -1022,11 +1078,57 @@ class Mesh:
         return self._plat_rng.randbytes(n)
 
 
+class VerifyMemo:
+    """snake.crypto.verify with memory, shared by every node of a mesh.
+
+    In a simulation every node checks the same signatures (an announcement
+    signed at the root is verified by every node below it, a bootstrap by
+    every node on its path): the same (key, message, signature) triple is
+    verified ~8 times on average, and the ed25519 check was a quarter of the
+    simulator's time. verify is a pure function, so answering a repeated
+    triple from memory changes no outcome: every router still makes the
+    same call and counts it (verify_done / verify_cached) as before.
+    Bounded: two generations of `size` entries (a hit in the older one
+    moves to the newer one; when the newer one is full the older one is
+    dropped)."""
+
+    def __init__(self, verify, size=32768):
+        self.verify = verify
+        self.size = size
+        self.new = {}
+        self.old = {}
+        self.calls = 0
+        self.backend = 0
+
+    def __call__(self, pub, msg, sig):
+        self.calls += 1
+        try:
+            if len(pub) != 32 or len(sig) != 64:
+                raise TypeError
+            key = b"".join((pub, sig, msg))
+        except TypeError:               # not bytes-like: the real check says why
+            self.backend += 1
+            return self.verify(pub, msg, sig)
+        new = self.new
+        ok = new.get(key)
+        if ok is None:
+            ok = self.old.get(key)
+            if ok is None:
+                self.backend += 1
+                ok = self.verify(pub, msg, sig)
+            if len(new) >= self.size:
+                self.old = new
+                self.new = new = {}
+            new[key] = ok
+        return ok
+
+
 class _Virtual:
     """While active, snake.platform's wall_ms / urandom / ticks_ms (and any
-    snake.* module's own binding of them) are the mesh's virtual versions."""
+    snake.* module's own binding of them) are the mesh's virtual versions,
+    and snake.crypto's verify is the mesh's VerifyMemo."""
 
-    NAMES = ("wall_ms", "urandom", "ticks_ms")
+    NAMES = ("wall_ms", "urandom", "ticks_ms", "verify")
 
     def __init__(self, mesh):
         self.mesh = mesh
@@ -1037,8 +1139,14 @@ class _Virtual:
         if m._patched is not None:       # nested
             return self
         import snake.platform as plat
+        import snake.crypto as crypto
         repl = {"wall_ms": m._wall_ms, "urandom": m._urandom, "ticks_ms": m._now_ms}
-        orig = {k: getattr(plat, k) for k in self.NAMES}
+        orig = {k: getattr(plat, k) for k in self.NAMES if k in repl}
+        if m.verify_memo:
+            orig["verify"] = crypto.verify
+            if m._verify_memo is None or m._verify_memo.verify is not crypto.verify:
+                m._verify_memo = VerifyMemo(crypto.verify)
+            repl["verify"] = m._verify_memo
         saved = []
         for modname in list(sys.modules):
             if modname != "snake" and not modname.startswith("snake."):
@@ -1046,7 +1154,7 @@ class _Virtual:
             mod = sys.modules.get(modname)
             if mod is None:
                 continue
-            for k in self.NAMES:
+            for k in orig:
                 if getattr(mod, k, None) is orig[k]:
                     saved.append((mod, k, orig[k]))
                     setattr(mod, k, repl[k])

@@ -46,10 +46,11 @@ class Probe:
     (source first); `hops` = len(path) - 1 once the request arrived."""
 
     __slots__ = ("id", "src", "dst", "t_sent", "path", "reached", "done", "ok",
-                 "rtt_us", "reason", "reply_from")
+                 "rtt_us", "reason", "reply_from", "shortest")
 
-    def __init__(self, pid, src, dst, t_sent):
+    def __init__(self, pid, src, dst, t_sent, shortest=None):
         self.id = pid
+        self.shortest = shortest    # shortest path (hops) on the usable links when sent
         self.src = src
         self.dst = dst
         self.t_sent = t_sent
@@ -66,7 +67,7 @@ class ProbeResult:
     """What `Mesh.ping` returns (and what truth.json lists)."""
 
     __slots__ = ("id", "src", "dst", "dst_key", "ok", "rtt_ms", "hops", "path",
-                 "path_keys", "t", "reason")
+                 "path_keys", "t", "reason", "shortest")
 
     def __init__(self, probe, t_sent_s):
         self.id = probe.id
@@ -80,11 +81,19 @@ class ProbeResult:
         self.path_keys = [n.key for n in probe.path]
         self.t = t_sent_s
         self.reason = probe.reason
+        self.shortest = probe.shortest
+
+    @property
+    def stretch(self):
+        """hops / shortest path when the request arrived, else None."""
+        if self.hops is None or not self.shortest:
+            return None
+        return self.hops / float(self.shortest)
 
     def as_dict(self):
         return {"id": self.id, "t": self.t, "src": self.src, "dst": self.dst, "ok": self.ok,
                 "rtt_ms": self.rtt_ms, "hops": self.hops, "path": self.path,
-                "reason": self.reason}
+                "reason": self.reason, "shortest": self.shortest}
 
     def telemetry_fields(self):
         return {"probe": "ping", "id": self.id, "src": hexkey(self.path_keys[0]),
@@ -121,6 +130,69 @@ def components(nodes):
         comp.sort(key=lambda x: x.index)
         comps.append(comp)
     return comps
+
+
+def usable(link):
+    """The link carries frames when connected: up, not cut, not refused."""
+    return link.up and not link.cut and not link.blocked
+
+
+def shortest_hops(src, dst):
+    """Hops of a shortest path from NodeState src to dst over usable links
+    between alive nodes (breadth-first), None when unreachable."""
+    if src is dst:
+        return 0
+    if not (src.alive and dst.alive):
+        return None
+    dist = {src.index: 0}
+    frontier = [src]
+    d = 0
+    while frontier:
+        d += 1
+        nxt = []
+        for n in frontier:
+            for link in n.links:
+                if link.up and not link.cut and not link.blocked:
+                    m = link.b if link.a is n else link.a
+                    if m.alive and m.index not in dist:
+                        if m is dst:
+                            return d
+                        dist[m.index] = d
+                        nxt.append(m)
+        frontier = nxt
+    return None
+
+
+def first_message_stretch(results):
+    """Mean stretch (hops / shortest path on the usable links when sent) of
+    the first probe of every (src, dst) pair, over the pairs whose first
+    probe arrived; with the number of such pairs and of pairs in all:
+    (mean or None, pairs measured, pairs). Later probes of a pair may use the
+    tree coordinates the first exchange cached; the first one finds its way
+    by key (SNEK), the path a new conversation takes."""
+    first = {}
+    for r in results:
+        k = (r.src, r.dst)
+        if k not in first or r.id < first[k].id:
+            first[k] = r
+    vals = [r.stretch for r in first.values() if r.stretch is not None]
+    return (sum(vals) / len(vals) if vals else None), len(vals), len(first)
+
+
+def snake_correct_count(comp):
+    """Nodes of one component whose descending entry is the next-lower key
+    of the component (the lowest: none)."""
+    order = sorted(comp, key=lambda n: n.key)
+    ok = 0
+    prev = None
+    for n in order:
+        got = n.router.desc_key()
+        if prev is None:
+            ok += got is None
+        else:
+            ok += got is not None and bytes(got) == prev.key
+        prev = n
+    return ok
 
 
 def tree_problems(comp, limit=10):

@@ -13,6 +13,7 @@ import os
 import sys
 import time
 
+from host_tools.sim import probes as P
 from host_tools.sim import scenario as S
 from host_tools.sim import telemetry as TM
 from host_tools.sim import topology as T
@@ -28,13 +29,17 @@ class RunError(ValueError):
 def run(out, duration, seed=1, topology=None, generate=None, scenario=None, profile=None,
         pings=20, state_interval=1.0, counters_interval=5.0, truth_interval_ms=250,
         crash_detect_ms=0, link_defaults=None, progress=None, telemetry=True,
-        profile_set=None, hop_limit=None):
+        profile_set=None, hop_limit=None, hub_profile=None, node_profiles=None):
     """Run one simulation. `topology` is a path (or a Topology), `generate`
-    a generator spec (grid:WxH, rgg:N[:R]); exactly one of them. Returns a
-    summary dict (also the "summary" of truth.json, plus wall time).
-    `progress`: a file to print progress lines to (None = quiet).
-    `profile_set`: {key: value} overrides applied to the profile;
-    `hop_limit`: hop limit of probe traffic (default: the protocol's 10)."""
+    a generator spec (grid:WxH, rgg:N[:R], ba:N:M); exactly one of them.
+    Returns a summary dict (also the "summary" of truth.json, plus wall
+    time). `progress`: a file to print progress lines to (None = quiet).
+    `profile`: the base board profile (name, path or Profile);
+    `profile_set`: {key: value} overrides applied to the base profile;
+    `hub_profile`: profile of every node whose degree exceeds the base
+    profile's max_peers; `node_profiles`: {node name: profile} (wins over
+    the hub rule); `hop_limit`: hop limit of probe traffic (default: the
+    sending node's profile traffic_hop_limit)."""
     if (topology is None) == (generate is None):
         raise RunError("give either a topology file or a generator")
     if not duration > 0:
@@ -84,7 +89,8 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
                 prof = Profile(d)
             mesh = Mesh(topo, seed=seed, profile=prof, telemetry=writer,
                         crash_detect_ms=crash_detect_ms, link_defaults=link_defaults,
-                        hop_limit=hop_limit, strict=False)
+                        hop_limit=hop_limit, strict=False, hub_profile=hub_profile,
+                        node_profiles=node_profiles)
         except ProfileError as e:
             raise RunError(str(e))
         mesh.keep_results = True
@@ -112,17 +118,30 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
 
     probes = mesh.results
     ok = sum(1 for p in probes if p.ok)
+    node_labels, profiles_used = _profiles_used(mesh)
     conv = mesh.convergence
+    stretch, stretch_pairs, _ = P.first_message_stretch(probes)
+    ratio = mesh.snake_correct_ratio()
+    counts = {}
+    for name in mesh.nodes:
+        label = node_labels.get(name, mesh.profile.name)
+        counts[label] = counts.get(label, 0) + 1
     summary = {
         "nodes": len(mesh.nodes),
         "edges": len(mesh.links()),
+        "profiles": dict(sorted(counts.items())),
         "duration_s": duration,
         "first_convergence_s": conv["first"],
+        "converged_s": conv["held_from"],
         "converged_at_end": mesh.converged(),
+        "snake_converged_s": conv["snake_held_from"],
+        "snake_correct_ratio_final": round(ratio, 4) if ratio is not None else None,
         "probes": len(probes),
         "probes_ok": ok,
         "probes_unfinished": len(mesh._probes),
         "delivery_ratio": round(ok / len(probes), 4) if probes else None,
+        "first_message_stretch": round(stretch, 4) if stretch is not None else None,
+        "first_message_pairs": stretch_pairs,
         "telemetry_records": writer.count,
         "events_run": mesh.engine.events_run,
     }
@@ -131,6 +150,8 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
             "seed": seed, "duration_s": duration, "topology": topo_source,
             "scenario": os.path.basename(scenario) if scenario else None,
             "pings": pings, "profile": mesh.profile.as_dict(), "hop_limit": mesh.hop_limit,
+            "hub_profile": _spec_name(hub_profile),
+            "node_profiles": node_labels, "profiles": profiles_used,
             "link_defaults": LINK_DEFAULTS, "link_overrides": link_defaults,
             "tick_ms": mesh.tick_us / 1000.0, "crash_detect_ms": crash_detect_ms,
             "reconnect_ms": mesh.reconnect_us / 1000.0,
@@ -152,6 +173,36 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
     summary = dict(summary)
     summary["wall_s"] = round(time.monotonic() - wall0, 3)
     return summary
+
+
+def _spec_name(spec):
+    """A profile option as given (board name or path basename) for truth.json."""
+    if spec is None or isinstance(spec, str):
+        return os.path.basename(spec) if spec and os.sep in spec else spec
+    return getattr(spec, "name", None) or "<profile>"
+
+
+def _profiles_used(mesh):
+    """({node name: profile label}, {profile label: full profile}) for the
+    nodes that do not run the base profile (that one is params.profile).
+    The label is the profile's name; a different profile with the same
+    name gets "~2", "~3", ..."""
+    labels = {}
+    full = {}
+    by_obj = {}
+    for name in sorted(mesh.node_profiles):
+        p = mesh.node_profiles[name]
+        if id(p) not in by_obj:
+            d = p.as_dict()
+            label = p.name
+            k = 1
+            while label in full and full[label] != d:
+                k += 1
+                label = "%s~%d" % (p.name, k)
+            full[label] = d
+            by_obj[id(p)] = label
+        labels[name] = by_obj[id(p)]
+    return labels, dict(sorted(full.items()))
 
 
 def peak_rss_mb():

@@ -108,10 +108,10 @@ def _link_name(x):
 
 def peers_list(router, fallback):
     """`peers` record body: the router's own peer list (``router.peers()``)
-    reduced to the record's fields, else `fallback` (the simulator's view)."""
+    reduced to the record's fields, else `fallback()` (the simulator's view)."""
     peers = router.peers() if hasattr(router, "peers") else None
     if not isinstance(peers, list):
-        peers = fallback
+        peers = fallback() if callable(fallback) else fallback
     out = []
     for p in peers:
         out.append({"port": _int(p.get("port")), "key": p.get("key") or "",

@@ -18,8 +18,9 @@ and ``@loss=P`` (0..1) override that type's defaults. Blank lines and lines
 whose first character is ``#`` are ignored. When an edge appears more than
 once, its first occurrence (and its options) wins.
 
-Generators: ``grid(w, h)`` (4-neighbour) and ``random_geometric(n, radius,
-seed)`` (unit square, always connected).
+Generators: ``grid(w, h)`` (4-neighbour), ``random_geometric(n, radius,
+seed)`` (unit square, always connected) and ``barabasi_albert(n, m, seed)``
+(scale-free: a few hubs with many links).
 """
 import math
 import random
@@ -315,9 +316,33 @@ def random_geometric(n, radius=None, seed=0, link=DEFAULT_LINK):
     return topo
 
 
+def barabasi_albert(n, m, seed=0, link=DEFAULT_LINK):
+    """Scale-free graph (networkx's Barabasi-Albert model): n nodes, each new
+    node linked to m existing ones chosen with probability proportional to
+    their degree, so early nodes become hubs. Connected; deterministic for
+    (n, m, seed). Node names ``n0000``.. in the model's order (the first
+    ones are the hubs)."""
+    if not isinstance(n, int) or not isinstance(m, int) or m < 1 or n <= m:
+        raise TopologyError("barabasi_albert needs 1 <= M < N, got N=%r M=%r" % (n, m))
+    import networkx as nx
+    rng = random.Random("ba:%d:%d:%s" % (n, m, seed))
+    g = nx.barabasi_albert_graph(n, m, seed=rng)
+    width = max(4, len(str(n - 1)))
+    names = ["n%0*d" % (width, i) for i in range(n)]
+    topo = Topology()
+    for name in names:
+        topo.add_node(name)
+    for a, b in sorted((min(a, b), max(a, b)) for a, b in g.edges()):
+        topo.add_edge(names[a], names[b], link)
+    return topo
+
+
+GENERATORS = "grid:WxH, rgg:N[:RADIUS] or ba:N:M"
+
+
 def generate(spec, seed=0):
-    """Topology from a generator spec: ``grid:WxH`` or ``rgg:N`` or
-    ``rgg:N:RADIUS``."""
+    """Topology from a generator spec: ``grid:WxH``, ``rgg:N``,
+    ``rgg:N:RADIUS`` or ``ba:N:M``."""
     kind, _, rest = spec.partition(":")
     try:
         if kind == "grid":
@@ -330,6 +355,11 @@ def generate(spec, seed=0):
             if len(parts) > 2:
                 raise ValueError
             return random_geometric(n, radius, seed)
+        if kind == "ba":
+            n, m = rest.split(":")
+            return barabasi_albert(int(n), int(m), seed)
+    except TopologyError:
+        raise
     except ValueError:
         pass
-    raise TopologyError("bad generator %r (use grid:WxH or rgg:N[:RADIUS])" % spec)
+    raise TopologyError("bad generator %r (use %s)" % (spec, GENERATORS))
