@@ -173,9 +173,13 @@ def _plot_convergence(path, s, t):
             k0 = math.floor(tt / b + 1e-9) * b
             ax.axvspan(k0, k0 + b, color=colour, alpha=0.12, lw=0)
             ax.axvline(tt, color=colour, ls="--", lw=1, label=("%s at %.2f s" % (lab, tt)) if i == 0 else None)
+        last_label = None
+        span = (last_event + 3 * b) if i else max(end, b)
         for ep in s.get("epochs", [])[1:]:
             ax.axvline(ep["start_s"], color="#777", ls=":", lw=1)
-            ax.text(ep["start_s"], 1.03, " topology change", color="#555", fontsize=8)
+            if last_label is None or ep["start_s"] - last_label > 0.12 * span:
+                ax.text(ep["start_s"], 1.03, " topology change", color="#555", fontsize=8)
+                last_label = ep["start_s"]
         ax.set_ylim(-0.02, 1.1)
         ax.yaxis.set_major_formatter(_pct_formatter())
         ax.set_xlabel("time since start of data (s)")
@@ -183,6 +187,9 @@ def _plot_convergence(path, s, t):
         if i == 0:
             ax.set_ylabel("share of %d nodes" % s["nodes"])
             ax.set_title("Convergence over the whole run (bucket %.3g s)" % b)
+            for k, colour, lab in (("tree_converged_s", "C0", "tree"), ("snake_converged_s", "C1", "snake")):
+                if not health.finite(s.get(k)):   # say so in the legend rather than draw nothing
+                    ax.plot([], [], color=colour, ls=":", label="%s: not converged and held at the end" % lab)
             ax.legend(loc="lower right", fontsize=8)
             ax.set_xlim(0, max(end, b))
         else:
@@ -457,7 +464,7 @@ table.nodes tr.healthy td:first-child{border-left:5px solid #38a169}
 .meter i{display:block;height:8px;border-radius:4px;background:#3182ce}.meter.full i{background:#e53e3e}
 .caches .meter i{background:#a0aec0}
 img{max-width:100%;border:1px solid #edf2f7;margin:4px 0}
-.draw{border:1px solid #e2e8f0;border-radius:6px;overflow:auto;max-height:1200px}
+.draw{border:1px solid #e2e8f0;border-radius:6px;overflow:hidden}
 .lg{display:inline-block;margin-right:14px;font-size:13px;white-space:nowrap}.lg svg{vertical-align:middle}
 .note{font-size:13px;color:#4a5568}.stat{font-size:16px;font-weight:bold;margin:6px 0}
 .draw svg{display:block;margin:0 auto}details summary{cursor:pointer;color:#2b6cb0;font-size:14px;margin:6px 0}
