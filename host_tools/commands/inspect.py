@@ -80,9 +80,12 @@ def register(subparsers):
 
     p = subparsers.add_parser(
         "console", help="interactive session with a node's console",
-        description="Send each line you type to the node and print everything it sends. "
-                    "Ctrl-D (end of input) or Ctrl-C quits.")
-    _common(p, json_flag=False)
+        description="A prompt with line editing, history (~/.snakemesh_history) and tab completion; "
+                    "each command goes to the node and its reply is printed as a table (raw JSON with "
+                    "--json); what the node sends on its own (peer up/down, telemetry) is printed as "
+                    "it comes. ping/trace take a key prefix or a --names name. Ctrl-D or quit leaves. "
+                    "From a pipe: no prompt, one reply per input line.")
+    _common(p)
     p.set_defaults(func=run_console)
 
 
@@ -247,49 +250,10 @@ def _monitor_loop(clients, out, args):
 
 
 def run_console(args):
+    from host_tools.console_session import Console
+    names = names_mod.from_args(args.names)
     c = ConsoleClient(args.port, timeout=args.timeout).open()
-    stop = threading.Event()
-    last_rx = [time.monotonic()]
-    errors = []
-
-    def reader():
-        while not stop.is_set():
-            try:
-                data = c._read_some(time.monotonic() + 0.1)
-            except CliError as e:
-                errors.append(e)
-                stop.set()
-                return
-            if data:
-                last_rx[0] = time.monotonic()
-                sys.stdout.write(data.decode("utf-8", "replace").replace("\r\n", "\n"))
-                sys.stdout.flush()
-
-    t = threading.Thread(target=reader, daemon=True)
-    t.start()
-    if sys.stdin.isatty():
-        sys.stderr.write("connected to %s; type commands (help, status, ...), Ctrl-D to quit\n" % args.port)
-    last_tx = time.monotonic()
     try:
-        while not stop.is_set():
-            line = sys.stdin.readline()
-            if not line:
-                break
-            c.send_line(line.rstrip("\r\n"))
-            last_tx = time.monotonic()
-        # End of input: let the last replies arrive (until the line has been
-        # quiet for 0.3 s after an answer, at most --timeout after the last send).
-        end = last_tx + args.timeout
-        while not stop.is_set() and time.monotonic() < end:
-            if last_rx[0] > last_tx and time.monotonic() - last_rx[0] >= 0.3:
-                break
-            time.sleep(0.05)
-    except KeyboardInterrupt:
-        sys.stderr.write("\n")
+        return Console(c, timeout=args.timeout, json_out=args.json, names=names, wide=args.wide).run()
     finally:
-        stop.set()
-        t.join(1.0)
         c.close()
-    if errors:
-        raise errors[0]
-    return 0

@@ -206,10 +206,41 @@ def test_monitor_one_bad_port_fails_clearly(pty_node, tmp_path, capfd):
     assert err.strip() == "snakemesh: error: no such port: /dev/ttyNOPE1 (is the board plugged in? is the node running?)"
 
 
-def test_console_interactive(pty_node, monkeypatch, capfd):
+def test_console_from_a_pipe(pty_node, monkeypatch, capfd):
+    # not a terminal: no prompt, each reply printed (as a table) before the next line is read
+    monkeypatch.setattr(sys, "stdin", io.StringIO("status\nhelp\n\npeers\n"))
+    rc, out, err = run(capfd, "console", "--port", pty_node.port, "--timeout", "3")
+    assert rc == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == "key       " + DEFAULT_KEY and "mem_free  51234" in lines
+    assert "commands: help version status peers tree snake routes stats ping trace telemetry" in lines
+    assert lines[-1].split() == ["2", "3c22222222222222", "ble", "7f11111111111111", "7", "[1,2,1]"]
+    assert [l.split(" ", 1)[1] for l in pty_node.received] == ["status", "help", "peers"]
+
+
+def test_console_json_from_a_pipe(pty_node, monkeypatch, capfd):
     monkeypatch.setattr(sys, "stdin", io.StringIO("status\nhelp\n"))
-    rc, out, _ = run(capfd, "console", "--port", pty_node.port, "--timeout", "3")
+    rc, out, _ = run(capfd, "console", "--port", pty_node.port, "--timeout", "3", "--json")
     assert rc == 0
-    replies = [json.loads(l[4:]) for l in out.splitlines() if l.startswith("@sm ")]
+    replies = [json.loads(l) for l in out.splitlines()]
     assert [r["re"] for r in replies] == ["status", "help"]
-    assert pty_node.received == ["status", "help"]
+    assert replies[0]["key"] == DEFAULT_KEY
+
+
+@pytest.mark.parametrize("mode,rc,msg", [
+    ("silent", 4, "timeout: no reply to 'status' from {port} within 1 s"),
+    ("repl", 3, "board on {port} is in the MicroPython REPL, not running snakemesh; press Ctrl-D or reset it"),
+])
+def test_console_from_a_pipe_fails_clearly(mode, rc, msg, monkeypatch, capfd):
+    with FakeNode(mode, "pty") as n:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("status\nhelp\n"))
+        code, out, err = run(capfd, "console", "--port", n.port, "--timeout", "1")
+    assert code == rc
+    assert err.strip() == "snakemesh: error: " + msg.format(port=n.port)
+
+
+def test_console_from_a_pipe_error_reply_exit_1(monkeypatch, capfd):
+    with FakeNode("error", "pty") as n:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("status\n"))
+        code, out, err = run(capfd, "console", "--port", n.port, "--timeout", "2")
+    assert code == 1 and out == "error: status: no route to destination\n"
