@@ -158,9 +158,9 @@ def _plot_convergence(path, s, t):
     zoom = len(c) and marks and (last_event + 3 * b) * 4 < end
     fig, axes = _fig(1, 2 if zoom else 1, figsize=(11, 3.8), squeeze=False,
                      gridspec_kw={"width_ratios": [2, 1]} if zoom else None)
-    if not len(c):
+    if not len(c) or ("reported" in c and not c["reported"].max()):
         _discard(fig)
-        return "unknown: no state records"
+        return "unknown: no node sent a state record"
     note = None
     for i, ax in enumerate(axes[0]):
         x = list(c["t_s"] - b) + [float(c["t_s"].iloc[-1])]
@@ -219,8 +219,10 @@ def _wilson(k, n, z=1.96):
 def _plot_delivery(path, s, t, probes):
     """Delivery as a number with its 95% interval on a 0-100% axis and the
     verdict thresholds, delivery by path length, and the RTT distribution."""
-    fig, (a1, a2, a3) = _fig(1, 3, figsize=(13, 3.8), gridspec_kw={"width_ratios": [1.1, 1.3, 1.3]})
     pings, ok = s.get("pings") or 0, s.get("pings_ok") or 0
+    if not pings:
+        return "no pings in the telemetry: delivery and round-trip times unknown"
+    fig, (a1, a2, a3) = _fig(1, 3, figsize=(13, 3.8), gridspec_kw={"width_ratios": [1.1, 1.3, 1.3]})
     th = health.THRESHOLDS
     if pings:
         ratio = ok / float(pings)
@@ -414,6 +416,10 @@ def _v(x, digits=4):
     return html.escape(str(x))
 
 
+def _cap(text):
+    return text[:1].upper() + text[1:]
+
+
 def _e(x):
     return html.escape(str(x), quote=True)
 
@@ -455,7 +461,7 @@ table.nodes td.num{text-align:right}table.nodes tr.broken{background:#fff5f5}tab
 table.nodes tr.unknown{background:#f7fafc}table.nodes tr.broken td:first-child{border-left:5px solid #e53e3e}
 table.nodes tr.degraded td:first-child{border-left:5px solid #dd6b20}table.nodes tr.unknown td:first-child{border-left:5px solid #a0aec0}
 table.nodes tr.healthy td:first-child{border-left:5px solid #38a169}
-.key{font-family:monospace;color:#718096;font-size:11px}.nw{white-space:nowrap}.bad{color:#c53030;font-weight:bold}.good{color:#276749}
+.key{font-family:monospace;color:#718096;font-size:11px;word-break:break-all}.nw{white-space:nowrap}.bad{color:#c53030;font-weight:bold}.good{color:#276749}
 .unk{color:#718096;font-style:italic;border-bottom:1px dotted #a0aec0;cursor:help}
 .issues{font-size:12px;color:#4a5568;max-width:360px}
 .muted{color:#718096}.muted table td,.muted table th{color:#718096}
@@ -539,10 +545,13 @@ def _html(s, t, rows, level, reasons, svgs, notes, drew, missing):
     # plots
     p.append("<h2>Convergence</h2>")
     p.append(_img("convergence", drew, "convergence over time"))
-    p.append("<p class='note'>Each step is the state at the end of its %s s bucket; the shaded band is the "
-             "bucket in which the tree (blue) or the snake (orange) converged for good, the dashed line the exact "
-             "time.%s</p>" % (_v(s.get("bucket_s"), 3), (" " + _e(notes["convergence"]) + ".")
-                              if notes.get("convergence") else ""))
+    if not drew.get("convergence"):
+        p.append("<p class='note'>Convergence: %s.</p>" % _e(notes.get("convergence") or "unknown"))
+    else:
+        p.append("<p class='note'>Each step is the state at the end of its %s s bucket; the shaded band is the "
+                 "bucket in which the tree (blue) or the snake (orange) converged for good, the dashed line the exact "
+                 "time.%s</p>" % (_v(s.get("bucket_s"), 3), (" " + _cap(_e(notes["convergence"])) + ".")
+                                  if notes.get("convergence") else ""))
     ep = s.get("epochs", [])
     if len(ep) > 1:
         p.append(_table(["epoch", "start (s)", "end (s)", "components", "links", "nodes down",
@@ -550,6 +559,8 @@ def _html(s, t, rows, level, reasons, svgs, notes, drew, missing):
                         [(e["epoch"], e["start_s"], e["end_s"], e["components"], e["links"], e.get("nodes_down"),
                           e["tree_converged_s"], e["snake_converged_s"]) for e in ep]))
     p.append("<h2>Delivery and latency</h2>" + _img("delivery", drew, "delivery and RTT"))
+    if notes.get("delivery"):
+        p.append("<p class='note'>%s.</p>" % _cap(_e(notes["delivery"])))
     p.append("<h2>Path stretch</h2>" + _img("stretch", drew, "stretch distribution"))
     if notes.get("stretch"):
         p.append("<p class='%s' id='stretch-note'>Stretch: %s.</p>" % ("stat" if not drew["stretch"] else "note",
@@ -617,7 +628,9 @@ def _tiles(s, rows, reasons):
                    "%d down or silent" % len(lost) if lost else "none lost", colour("lost") or health.HEALTHY))
     off = [r for r in rows if r.get("root_ok") is False]
     tree_t = (s.get("epochs") or [{}])[-1].get("tree_converged_s") if s.get("epochs") else s.get("tree_converged_s")
-    if off:
+    if not reported:
+        value, detail = _unknown("no state records"), "no node reported its root"
+    elif off:
         value, detail = "%d off root" % len(off), "nodes not on their component's root"
     elif tree_t is not None:
         value, detail = "agreed", "after %.2f s" % tree_t

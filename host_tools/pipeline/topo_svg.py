@@ -44,11 +44,12 @@ def _tip(r):
 
 class _Labels(object):
     """Greedy label placement: a label is drawn only if its box hits no
-    other label and no node (grid-bucketed boxes)."""
+    other label and no node (grid-bucketed boxes) and lies on the canvas."""
     CELL = 40.0
 
-    def __init__(self):
+    def __init__(self, width=None, height=None):
         self.grid = {}
+        self.width, self.height = width, height
 
     def _cells(self, b):
         x0, y0, x1, y1 = b
@@ -57,6 +58,8 @@ class _Labels(object):
                 yield (i, j)
 
     def free(self, b):
+        if self.width is not None and (b[0] < 0 or b[1] < 0 or b[2] > self.width or b[3] > self.height):
+            return False
         for c in self._cells(b):
             for o in self.grid.get(c, ()):
                 if b[0] < o[2] and o[0] < b[2] and b[1] < o[3] and o[1] < b[3]:
@@ -66,6 +69,14 @@ class _Labels(object):
     def add(self, b):
         for c in self._cells(b):
             self.grid.setdefault(c, []).append(b)
+
+
+def _short_label(r):
+    """A node's label for the drawings: at most 12 characters (the tooltip
+    has the full name and key)."""
+    from host_tools.pipeline.health import label
+    text = label(r)
+    return text if len(text) <= 12 else text[:10] + "\u2026"
 
 
 def _text_w(s, size=FONT):
@@ -209,7 +220,7 @@ def tree_svg(rows, edges, width=1100):
     if loose:
         out.append('<text x="4" y="%.1f" font-size="12" fill="#4a5568">Not in a tree at the end '
                    '(down, no state record, or alone):</text>' % (loose_y + 2))
-    out.extend(_nodes_and_labels(rows, pos, node_r, roots, radial_center=None))
+    out.extend(_nodes_and_labels(rows, pos, node_r, roots, radial_center=None, size=(width, height)))
     out.append("</svg>")
     return "\n".join(out)
 
@@ -237,12 +248,12 @@ def _svg_head(width, height):
                 int(math.ceil(width)), int(math.ceil(height)), int(math.ceil(width)), int(math.ceil(height)), FONT))
 
 
-def _nodes_and_labels(rows, pos, node_r, roots, radial_center):
+def _nodes_and_labels(rows, pos, node_r, roots, radial_center, size=(None, None)):
     """Node circles with tooltips, then labels where they fit. With
     radial_center, labels are written outward along the radius (ring)."""
     from host_tools.pipeline.health import label
     out = []
-    lab = _Labels()
+    lab = _Labels(*size)
     for r in rows:
         if r["node"] in pos:
             x, y = pos[r["node"]]
@@ -268,7 +279,7 @@ def _nodes_and_labels(rows, pos, node_r, roots, radial_center):
         if n not in pos:
             continue
         x, y = pos[n]
-        text = label(r) + (" (root)" if n in root_set and radial_center is None else "")
+        text = _short_label(r) + (" (root)" if n in root_set and radial_center is None else "")
         w = _text_w(text)
         bold = r.get("status") in ("broken", "degraded") or n in root_set
         weight = ' font-weight="bold"' if bold else ""
@@ -316,7 +327,7 @@ def snake_svg(rows, width=1100):
     n = len(nodes)
     if not n:
         return _svg_head(width, 60) + '<text x="10" y="30">no nodes</text></svg>'
-    longest = max(_text_w(label(r)) for r in nodes)
+    longest = max(_text_w(_short_label(r)) for r in nodes)
     ring = max(120.0, n * (FONT + 3) / (2 * math.pi))
     half = ring + longest + 20
     size = 2 * half

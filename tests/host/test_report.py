@@ -360,3 +360,27 @@ def test_report_in_headless_chromium(healthy, tmp_path):
         bad_dir = tempfile.mkdtemp(dir=str(tmp_path))
         with pytest.raises(AssertionError):
             browser_check(os.path.join(folder, "broken.html"), bad_dir)
+
+
+def test_report_without_state_probes_or_names_does_not_crash(spark, tmp_path):
+    """A capture with only counters and peers records (no state, no probes,
+    no topology records): the page renders, says broken because nothing can
+    be judged, and shows unknown with the reason instead of numbers."""
+    keys = ["%064x" % (i + 1) for i in range(3)]
+    recs = []
+    for t in range(0, 30, 5):
+        for i, k in enumerate(keys):
+            other = keys[(i + 1) % 3]
+            recs.append({"v": 1, "kind": "peers", "t": float(t), "node": k,
+                         "peers": [{"port": 1, "key": other, "link": "wifi", "root": other, "root_seq": 1}]})
+            recs.append({"v": 1, "kind": "counters", "t": t + 0.5, "node": k, "rx": {"keepalive": t},
+                         "tx": {"keepalive": t}, "drops": {}, "verify_done": 0, "verify_skipped": 0,
+                         "verify_cached": 0, "evictions": {}, "occupancy": {"sigcache": [t, 64]},
+                         "mem_free": None})
+    path, level, reasons = _analyze(spark, recs, str(tmp_path / "out"))
+    assert level == "broken" and reasons[0]["code"] == "no_state"
+    page = _page(path)
+    assert "data-verdict='broken'" in page and "no node reported its state" in page
+    assert page.count("title='no state record from this node'>unknown</span>") >= 3 * 3
+    assert "no pings" in page and not re.search(r"\bnan\b", re.sub(r"<[^>]+>", " ", page), re.I)
+    assert os.path.isfile(os.path.join(os.path.dirname(path), "tree.svg"))
