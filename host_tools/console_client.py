@@ -107,6 +107,12 @@ class ConsoleClient(object):
     def open(self):
         if self.ser is None:
             self.ser = open_serial(self.port, serial_module=self._serial_module)
+            # what waits in the input queue was meant for someone else (a
+            # previous client's late replies would match our ids)
+            try:
+                self.ser.reset_input_buffer()
+            except Exception:
+                pass
         return self
 
     def close(self):
@@ -252,6 +258,8 @@ class ConsoleClient(object):
             if "id" in obj:
                 if str(obj.get("id")) != str(rid):
                     continue  # a stale reply to an earlier request
+                if obj.get("re") not in (command, "", None):
+                    continue  # the same id, another command: a previous client's reply
             elif obj.get("re") != command:
                 continue
             if check and obj.get("ok") is False:

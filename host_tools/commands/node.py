@@ -6,15 +6,28 @@ MicroPython unix port), e.g. to join a mesh from a laptop.
 
 Prints the node's public key and its console (a pseudo-terminal path, and
 socket://127.0.0.1:N with --console-port), which `snakemesh status/peers/
-ping/trace/monitor --port ...` and any serial terminal can open. Runs until
+ping/trace/monitor --port ...` and any serial terminal can open; then, as
+they happen, peers coming up and going down, failed dials and handshakes,
+and changes of the tree root and parent (--quiet: none of that). Runs until
 Ctrl-C / SIGTERM, then stops the node (no process is left behind).
+
+The node's console is read through a tap (host_tools/consoletap.py): the
+printed console path is a second pseudo-terminal fed with everything the
+node says, so this command and a client never compete for its lines.
+Root and parent changes come from a `status` request of the tap's own
+every POLL_S seconds (its replies are not passed on to clients).
 """
+import re
 import signal
 import sys
+import threading
 import time
 
 from host_tools import keystore
+from host_tools import names as names_mod
 from host_tools.errors import CliError, DeviceError, UsageError
+
+POLL_S = 1.0
 
 
 def _hostport(s):
@@ -74,6 +87,10 @@ def register(subparsers):
     p.add_argument("--mpy", action="store_true", help="run the firmware compiled to .mpy, as on a board")
     p.add_argument("--handshake-timeout", type=float, metavar="S", help="handshake deadline (default 10 s)")
     p.add_argument("--micropython", metavar="PATH", help="micropython binary (default: the venv's)")
+    p.add_argument("--names", metavar="FILE|DIR",
+                   help="show peers by name (a mesh/demo/sim output folder, nodes.json, NAME KEY lines)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="do not print peers coming and going, failed dials, root changes")
     p.set_defaults(func=run)
 
 
@@ -84,6 +101,7 @@ def run(args):
         seed = keystore.parse_seed_text(args.seed, "--seed")
     if args.console_port is not None and not 0 <= args.console_port <= 65535:
         raise UsageError("--console-port must be within 0..65535")
+    names = names_mod.from_args(args.names)
     mpy_dir = None
     tmp = None
     if args.mpy:
@@ -93,7 +111,7 @@ def run(args):
     node = NodeProcess(seed=seed, key_file=args.key_file, listen=args.listen, connect=args.connect,
                        multicast=not args.no_multicast, ble_medium=args.ble_medium,
                        ble_name=args.ble_name, profile=args.profile,
-                       heapsize=args.heapsize, mpy_dir=mpy_dir, console_port=args.console_port,
+                       heapsize=args.heapsize, mpy_dir=mpy_dir,
                        handshake_timeout=args.handshake_timeout, micropython=args.micropython)
     stopping = []
 
@@ -103,13 +121,17 @@ def run(args):
     old = {}
     for s in (signal.SIGINT, signal.SIGTERM):
         old[s] = signal.signal(s, on_signal)
+    tap = None
     try:
         node.start()
         _check_listen(node, args.listen)
+        from host_tools.consoletap import ConsoleTap
+        view = EventView(names, quiet=args.quiet)
+        tap = ConsoleTap(node, on_line=view.on_line, console_port=args.console_port).start()
         print("node %s" % node.pubkey)
-        print("console %s" % node.pty_path)
-        if node.console_url:
-            print("console %s" % node.console_url)
+        print("console %s" % tap.pty_path)
+        if tap.console_url:
+            print("console %s" % tap.console_url)
         listen = node.boot.get("listen") or {}
         for name in sorted(listen):
             print("listen %s %s" % (name, listen[name]))
@@ -117,8 +139,15 @@ def run(args):
             print("snakemesh: warning: %s" % w, file=sys.stderr)
         print("running; Ctrl-C stops the node")
         sys.stdout.flush()
+        view.start()              # what the node said meanwhile comes after the header
+        next_poll = 0.0
         while node.alive():
-            time.sleep(0.2)
+            if time.monotonic() >= next_poll:
+                st = tap.request("status", timeout=POLL_S * 2)
+                next_poll = time.monotonic() + POLL_S
+                if st is not None and st.get("ok"):
+                    view.tree(st)
+            time.sleep(0.1)
         rc = node.proc.returncode
         raise CliError("node exited with code %s" % rc)
     except KeyboardInterrupt:
@@ -126,8 +155,99 @@ def run(args):
             print("stopping node %s" % node.pubkey[:16], file=sys.stderr)
         return 0
     finally:
+        if tap is not None:
+            tap.stop()
         node.stop()
         for s, h in old.items():
             signal.signal(s, h)
         if tmp is not None:
             tmp.cleanup()
+
+
+_PEER_UP = re.compile(r"peer up: port (\d+) ([0-9a-f]+) via (.*)$")
+_PEER_DOWN = re.compile(r"peer down: port (\d+) \((.*)\)$")
+_ERRNO = re.compile(r"E[A-Z]+ \(errno \d+\)")
+_LOG_WORDS = {"ECONNREFUSED": "connection refused", "ETIMEDOUT": "timed out",
+                "EHOSTUNREACH": "no route to host", "ENETUNREACH": "network unreachable",
+                "ECONNRESET": "connection reset"}
+
+
+class EventView(object):
+    """What the node's terminal shows while it runs: one timestamped line per
+    peer up/down, failed dial or handshake, other log line of the node, and
+    per change of the tree root or parent."""
+
+    def __init__(self, names=names_mod.EMPTY, quiet=False, out=None):
+        self.names = names
+        self.quiet = quiet
+        self.out = out or sys.stdout
+        self.lock = threading.Lock()
+        self.port_key = {}         # port -> key prefix (from peer up)
+        self.root = None           # (root, root_seq, parent)
+        self.held = []             # lines before start()
+
+    def start(self):
+        with self.lock:
+            held, self.held = self.held, None
+            for line in held:
+                self.out.write(line)
+            self.out.flush()
+
+    def say(self, text):
+        if self.quiet:
+            return
+        line = "%s %s\n" % (time.strftime("%H:%M:%S"), text)
+        with self.lock:
+            if self.held is not None:
+                self.held.append(line)
+                return
+            self.out.write(line)
+            self.out.flush()
+
+    def label(self, key_or_prefix):
+        k = key_or_prefix or ""
+        for full, name in self.names.by_key.items():
+            if full.startswith(k):
+                return "%s (%s)" % (k[:16], name)
+        return k[:16]
+
+    def on_line(self, line):
+        """A line from the node's console (bytes, no line end)."""
+        if line.startswith(b"@sm "):
+            return                 # replies and records are for the clients
+        text = line.decode("utf-8", "replace").strip()
+        if not text:
+            return
+        if text.startswith("snakemesh: "):
+            text = text[len("snakemesh: "):]
+        m = _PEER_UP.match(text)
+        if m:
+            port, key, via = m.groups()
+            self.port_key[port] = key
+            self.say("peer up    %s  port %s via %s" % (self.label(key), port, via))
+            return
+        m = _PEER_DOWN.match(text)
+        if m:
+            port, why = m.groups()
+            self.say("peer down  %s  port %s (%s)" % (self.label(self.port_key.pop(port, "?")), port, why))
+            return
+        text = _ERRNO.sub(lambda m: _LOG_WORDS.get(m.group(0).split()[0], m.group(0)), text)
+        self.say(text)
+
+    def tree(self, st):
+        """A status reply: say so when the root or the parent changed."""
+        now = (st.get("root"), st.get("root_seq"), st.get("parent"))
+        old = self.root
+        if now == old:
+            return
+        self.root = now
+        root, seq, parent = now
+        me = st.get("key")
+        where = ("this node is the root" if root == me else
+                 "parent %s, depth %s" % (self.label(parent), st.get("depth")))
+        if old is None:
+            self.say("root       %s seq %s; %s" % (self.label(root), seq, where))
+        elif old[0] != root:
+            self.say("root changed  %s seq %s (was %s); %s" % (self.label(root), seq, self.label(old[0]), where))
+        elif old[2] != parent:
+            self.say("parent changed  %s" % where)

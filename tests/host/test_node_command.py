@@ -63,3 +63,57 @@ def test_dial_to_a_closed_port_is_a_counted_dial_failure():
     fails = [l for l in logs if l.startswith("snakemesh: dial 127.0.0.1:%d failed: ECONNREFUSED" % port)]
     assert len(fails) >= 2, logs
     assert fails[0].endswith("; retry in 1 s") and fails[1].endswith("; retry in 2 s"), fails
+
+
+# ----------------------------------------------------------- as a user sees it --
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ptyproc import snakemesh as at_terminal  # noqa: E402
+
+SEED_B = "b2" * 32
+KEY_A = "bc7cbcb5636375fa1d82434d466724d92377f53b980695dd49d26d0ce12205a5"     # of SEED_A: the root
+KEY_B = "55154f42065ea5a1bea05463826be2684eb92df92c100027aabaae57ca554207"
+
+
+def test_node_prints_peers_dials_and_root_changes(tmp_path):
+    port = free_port()
+    names = tmp_path / "names.txt"
+    names.write_text("alpha %s\nbravo %s\n" % (KEY_A, KEY_B))
+    with at_terminal("node", "--seed", SEED_B, "--connect", "127.0.0.1:%d" % port, "--no-multicast",
+                     "--names", str(names)) as b:
+        b.expect(r"node %s\nconsole (/dev/pts/\d+)\nrunning; Ctrl-C stops the node\n" % KEY_B)
+        # nothing listens yet: a counted, visible dial failure
+        b.expect(r"\d\d:\d\d:\d\d dial 127.0.0.1:%d failed: connection refused; retry in 1 s\n" % port)
+        b.expect(r"root       %s \(bravo\) seq 1; this node is the root\n" % KEY_B[:16])
+        with at_terminal("node", "--seed", SEED_A, "--listen", "127.0.0.1:%d" % port, "--no-multicast") as a:
+            con = a.expect(r"console (/dev/pts/\d+)\n").group(1)
+            a.expect(r"running; Ctrl-C stops the node\n")
+            b.expect(r"peer up    %s \(alpha\)  port 1 via tcp 127.0.0.1:%d\n" % (KEY_A[:8], port), 30)
+            b.expect(r"root changed  %s \(alpha\) seq 1 \(was %s \(bravo\)\); parent %s \(alpha\), depth 1\n"
+                     % (KEY_A[:16], KEY_B[:16], KEY_A[:16]))
+            a.expect(r"peer up    %s  port 1 via tcp 127.0.0.1:\d+ \(in\)\n" % KEY_B[:8])
+            # the printed console serves clients meanwhile (the tap passes everything on)
+            time.sleep(3)
+            r = cli("ping", "--port", con, KEY_B[:8], "-c", "2")
+            assert r.returncode == 0 and "2 probes sent, 2 received, 0% loss" in r.stdout, (r.stdout, r.stderr)
+            r = cli("peers", "--port", con)
+            assert r.returncode == 0 and KEY_B[:16] in r.stdout, r.stderr
+            a.interrupt()
+            assert a.wait() == 0
+            assert "stopping node %s" % KEY_A[:16] in a.text
+        b.expect(r"peer down  %s \(alpha\)  port 1 \(eof\)\n" % KEY_A[:8])
+        b.expect(r"root changed  %s \(bravo\) seq 1 \(was %s \(alpha\)\); this node is the root\n"
+                 % (KEY_B[:16], KEY_A[:16]))
+        b.interrupt()
+        assert b.wait() == 0
+
+
+def test_quiet_node_prints_no_events():
+    port = free_port()
+    with at_terminal("node", "--seed", SEED_B, "--connect", "127.0.0.1:%d" % port, "--no-multicast",
+                     "-q") as b:
+        b.expect(r"running; Ctrl-C stops the node\n")
+        time.sleep(2.5)
+        b.interrupt()
+        assert b.wait() == 0
+        assert "dial" not in b.text and "root" not in b.text
