@@ -314,24 +314,24 @@ def browser_check(index_html, workdir):
     exe = chromium()
     url = "file://" + os.path.abspath(index_html)
     profile = tempfile.mkdtemp(dir=workdir, prefix="chromium-")
+    shot = os.path.join(workdir, "report.png")
     try:
         dom = subprocess.run([exe] + CHROMIUM_FLAGS + ["--user-data-dir=" + profile, "--dump-dom", url],
                              capture_output=True, text=True, timeout=120).stdout
-        shot = os.path.join(workdir, "report.png")
+        m = re.search(r"<section id=\"verdict\" class=\"verdict (healthy|degraded|broken)\"", dom)
+        assert m, "no verdict in the DOM Chromium built"
+        word = re.search(r"<div class=\"word\">(\w+)</div>", dom)
+        assert word and word.group(1) == m.group(1), "verdict word missing"
+        table = re.search(r"<table class=\"nodes\" id=\"nodes\">(.*?)</table>", dom, re.S)
+        assert table, "no per-node table in the DOM"
+        assert len(re.findall(r"<tr class=\"(healthy|degraded|broken|unknown)\" data-node=", table.group(1))) >= 1
+        assert re.search(r"<svg[^>]*viewBox", dom), "no drawing"
         if os.path.exists(shot):
             os.unlink(shot)
         subprocess.run([exe] + CHROMIUM_FLAGS + ["--user-data-dir=" + profile, "--window-size=1280,1400",
                         "--screenshot=" + shot, url], capture_output=True, timeout=120)
     finally:
         shutil.rmtree(profile, ignore_errors=True)
-    m = re.search(r"<section id=\"verdict\" class=\"verdict (healthy|degraded|broken)\"", dom)
-    assert m, "no verdict in the DOM Chromium built"
-    word = re.search(r"<div class=\"word\">(\w+)</div>", dom)
-    assert word and word.group(1) == m.group(1), "verdict word missing"
-    table = re.search(r"<table class=\"nodes\" id=\"nodes\">(.*?)</table>", dom, re.S)
-    assert table, "no per-node table in the DOM"
-    assert len(re.findall(r"<tr class=\"(healthy|degraded|broken|unknown)\" data-node=", table.group(1))) >= 1
-    assert re.search(r"<svg[^>]*viewBox", dom), "no drawing"
     assert os.path.isfile(shot), "Chromium wrote no screenshot"
     from PIL import Image
     im = Image.open(shot).convert("RGB")
