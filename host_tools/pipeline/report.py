@@ -461,7 +461,7 @@ table.nodes td.num{text-align:right}table.nodes tr.broken{background:#fff5f5}tab
 table.nodes tr.unknown{background:#f7fafc}table.nodes tr.broken td:first-child{border-left:5px solid #e53e3e}
 table.nodes tr.degraded td:first-child{border-left:5px solid #dd6b20}table.nodes tr.unknown td:first-child{border-left:5px solid #a0aec0}
 table.nodes tr.healthy td:first-child{border-left:5px solid #38a169}
-.key{font-family:monospace;color:#718096;font-size:11px;word-break:break-all}.nw{white-space:nowrap}.bad{color:#c53030;font-weight:bold}.good{color:#276749}
+.key{font-family:monospace;color:#718096;font-size:11px}.long{word-break:break-all}.nw{white-space:nowrap}.bad{color:#c53030;font-weight:bold}.good{color:#276749}
 .unk{color:#718096;font-style:italic;border-bottom:1px dotted #a0aec0;cursor:help}
 .issues{font-size:12px;color:#4a5568;max-width:360px}
 .muted{color:#718096}.muted table td,.muted table th{color:#718096}
@@ -497,7 +497,8 @@ def _html(s, t, rows, level, reasons, svgs, notes, drew, missing):
     bad = [r for r in rows if r.get("status") in (health.BROKEN, health.DEGRADED)]
     p.append("<div class='word'>%s</div>" % level)
     p.append("<div>%s</div>" % {
-        health.HEALTHY: "Every rule below passed.",
+        health.HEALTHY: "Every rule below passed%s." % (
+            " (grey notes: no data to judge by)" if any(x["level"] == health.NOTE for x in reasons) else ""),
         health.DEGRADED: "The mesh works, but %d node%s need%s attention." % (
             len(bad), "" if len(bad) == 1 else "s", "s" if len(bad) == 1 else ""),
         health.BROKEN: "The mesh does not work as it should: see the red reasons.",
@@ -691,11 +692,12 @@ def _node_table(rows, cols, by, table_id):
         cells = []
         cells.append("<span class='lv %s'>%s</span>" % (st, st))
         name = r.get("name")
+        long_ = " long" if len(r["short"]) > 16 else ""
         if name:
-            cells.append("<b>%s</b><br><span class='key' title='%s'>%s</span>" % (_e(name), _e(r["node"]),
-                                                                                 _e(r["short"])))
+            cells.append("<b>%s</b><br><span class='key%s' title='%s'>%s</span>" % (
+                _e(name), long_, _e(r["node"]), _e(r["short"])))
         else:
-            cells.append("<b class='key' title='%s'>%s</b>" % (_e(r["node"]), _e(r["short"])))
+            cells.append("<b class='key%s' title='%s'>%s</b>" % (long_, _e(r["node"]), _e(r["short"])))
         cells.append(_e(r["profile"]) if r.get("profile") else _unknown("state records carry no board profile"))
         if r.get("peers") is not None or r.get("links"):
             links = r.get("links") or {}
