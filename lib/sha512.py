@@ -19,8 +19,10 @@ block_size = 128
 # Round constants K[t] (first 64 bits of the fractional parts of the cube roots
 # of the first 80 primes) and the initial hash value H(0) (square roots of the
 # first 8 primes), split into 32-bit halves. tests/firmware/test_sha512.py
-# re-derives them from the primes.
-_KH = [
+# re-derives them from the primes. Tuples of literals: constants of the
+# module's code, which a frozen build keeps in flash (a list would be built
+# in the heap at import).
+_KH = (
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1,
     0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3,
     0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
@@ -35,8 +37,8 @@ _KH = [
     0xeada7dd6, 0xf57d4f7f, 0x06f067aa, 0x0a637dc5, 0x113f9804, 0x1b710b35,
     0x28db77f5, 0x32caab7b, 0x3c9ebe0a, 0x431d67c4, 0x4cc5d4be, 0x597f299c,
     0x5fcb6fab, 0x6c44198c,
-]
-_KL = [
+)
+_KL = (
     0xd728ae22, 0x23ef65cd, 0xec4d3b2f, 0x8189dbbc, 0xf348b538, 0xb605d019,
     0xaf194f9b, 0xda6d8118, 0xa3030242, 0x45706fbe, 0x4ee4b28c, 0xd5ffb4e2,
     0xf27b896f, 0x3b1696b1, 0x25c71235, 0xcf692694, 0x9ef14ad2, 0x384f25e3,
@@ -51,12 +53,12 @@ _KL = [
     0xcde0eb1e, 0xee6ed178, 0x72176fba, 0xa2c898a6, 0xbef90dae, 0x131c471b,
     0x23047d84, 0x40c72493, 0x15c9bebc, 0x9c100d4c, 0xcb3e42b6, 0xfc657e2a,
     0x3ad6faec, 0x4a475817,
-]
-_IV = [
+)
+_IV = (
     0x6a09e667, 0xf3bcc908, 0xbb67ae85, 0x84caa73b, 0x3c6ef372, 0xfe94f82b,
     0xa54ff53a, 0x5f1d36f1, 0x510e527f, 0xade682d1, 0x9b05688c, 0x2b3e6c1f,
     0x1f83d9ab, 0xfb41bd6b, 0x5be0cd19, 0x137e2179,
-]
+)
 
 _M = 0xffffffff
 _UNPACK = ">32I"
@@ -139,9 +141,19 @@ def _pad(n):
 # message-schedule scratch of the one-shot digest(), allocated once: a
 # verify on a board must not need two fresh 80-entry lists (a kilobyte
 # block each on a 64-bit port) per hash. digest() does not yield, so one
-# set is enough under MicroPython's cooperative asyncio.
+# set is enough under MicroPython's cooperative asyncio. Zeroed after each
+# hash: on a 32-bit port (ESP32) a 32-bit half above 2**30 is a heap int,
+# and 160 of them left behind would keep ~4 KB alive between hashes.
 _WH = [0] * 80
 _WL = [0] * 80
+
+
+def _wipe(wh, wl):
+    i = 0
+    while i < 80:
+        wh[i] = 0
+        wl[i] = 0
+        i += 1
 
 
 def digest(data):
@@ -155,6 +167,7 @@ def digest(data):
         _compress(st, data, 0, full, wh, wl)
     tail = bytes(data[full << 7:]) + _pad(n)
     _compress(st, tail, 0, len(tail) >> 7, wh, wl)
+    _wipe(wh, wl)
     return struct.pack(">16I", *st)
 
 
@@ -212,6 +225,7 @@ class sha512:
         tail = bytes(self._buf[0:self._nbuf]) + _pad(self._len)
         st = list(self._st)
         _compress(st, tail, 0, len(tail) >> 7, self._wh, self._wl)
+        _wipe(self._wh, self._wl)
         return struct.pack(">16I", *st)
 
     def hexdigest(self):

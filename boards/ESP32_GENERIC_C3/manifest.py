@@ -7,13 +7,17 @@
 # The same file builds the 32-bit unix-port emulator of this board's
 # interpreter (`make mp32-frozen`, SNAKEMESH_PORT=unix): that port has no
 # boards/manifest.py, so asyncio (what the ESP32 port's manifest freezes that
-# the node uses) is included explicitly instead.
+# the node uses) is included explicitly instead, and so is the emulated
+# `bluetooth` module (host_tools/blemu), which stands in for the board's
+# built-in C module: its code belongs in the image, not in the heap.
 import os
 
 _ROOT = os.environ["SNAKEMESH_ROOT"]  # set by the Makefile: the checkout
 
 if os.environ.get("SNAKEMESH_PORT") == "unix":
     include("$(MPY_DIR)/extmod/asyncio")
+    module("bluetooth.py", base_path=_ROOT + "/host_tools/blemu")
+    module("_blemu_proto.py", base_path=_ROOT + "/host_tools/blemu")
 else:
     include("$(PORT_DIR)/boards/manifest.py")
 package("snake", base_path=_ROOT + "/firmware")

@@ -338,6 +338,38 @@ class BleLink:
                     return 0
                 raise
 
+    def try_send(self, buf, n, off):
+        """The chunks the stack takes now (link.py: try_send)."""
+        if not self._ok():
+            return -1
+        if self._lock.locked():
+            return 0            # send() is part-way through the handshake
+        m = self.m
+        s = self.slot
+        ble = m.ble
+        start = off
+        mv = None
+        while off < n:
+            c = s.mtu - 3
+            if c > n - off:
+                c = n - off
+            if mv is None:
+                mv = memoryview(buf)
+            try:
+                if s.role == CENTRAL:
+                    ble.gattc_write(s.conn, s.rx_handle, mv[off:off + c], 0)
+                else:
+                    ble.gatts_notify(s.conn, m.tx_handle, mv[off:off + c])
+            except OSError as e:
+                code = e.args[0] if e.args else 0
+                if code == _ENOMEM or code == _EBUSY or code == _EAGAIN:
+                    break       # stack out of buffers: the rest is queued
+                self.close()
+                return -1
+            off += c
+            m.stats["bytes_out"] += c
+        return off - start
+
     async def send(self, buf, n):
         if not self._ok():
             raise OSError(_ENOTCONN)
@@ -409,7 +441,7 @@ class BleManager:
         self.gap_name = gap_name or ("sm-%02x%02x%02x%02x" % (self.key[0], self.key[1],
                                                                 self.key[2], self.key[3]))
         self.nslots = profile.ble_links
-        ring = profile.ble_queue * profile.frame_max
+        ring = getattr(profile, "ble_ring", 0) or profile.ble_queue * profile.frame_max
         if ring < 2 * MTU:
             ring = 2 * MTU
         self.slots = [Slot(i, ring) for i in range(self.nslots)]

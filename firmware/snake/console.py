@@ -18,6 +18,11 @@
 #   routes               {routes: [...]}
 #   stats                counters record fields + links, handshake_failures,
 #                        queues, probes
+#   mem                  {heap, used, free, largest_free, links, parts: {part:
+#                        bytes}} heap after gc.collect(); parts = what each
+#                        part took at boot (code, crypto, router, tx_pool,
+#                        node, wifi, ble, console) + links_and_runtime (all
+#                        allocated since: links, tasks, queues). README "Memory"
 #   ping KEY [COUNT]     {dst, sent, received, rtts_ms}     (asynchronous)
 #   trace KEY            {dst, ok, reached, hops: [{key, rtt_ms}]} (asynchronous;
 #                        ok = destination reached)
@@ -42,7 +47,7 @@ MAX_LINE = 256
 MAX_ID = 16
 SCHEMA_VERSION = 1
 COMMANDS = ("help", "version", "status", "peers", "tree", "snake", "routes", "stats",
-            "ping", "trace", "telemetry")
+            "mem", "ping", "trace", "telemetry")
 PING_MAX = 100
 TELEMETRY_MIN_S = 0.1
 TELEMETRY_MAX_S = 86400
@@ -443,6 +448,9 @@ class Console:
             d["console"] = {"requests": self.requests, "bad_lines": self.bad_lines,
                             "dropped_lines": self.dropped, "oom": self.oom}
             return d
+        if cmd == "mem":
+            self._need(args, 0, 0, "mem")
+            return node.mem()
         if cmd == "ping":
             self._need(args, 1, 2, "ping KEY [COUNT]")
             key = parse_key(args[0])

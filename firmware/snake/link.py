@@ -14,10 +14,17 @@
 #   async recv_into(mv)    read up to len(mv) bytes into the memoryview /
 #                          bytearray mv; return how many (>= 1), or 0 on EOF,
 #                          error or after close(). Never raises OSError.
-#   async send(buf, n)     write buf[0:n] completely (buf is a bytearray the
-#                          caller reuses as soon as send returns: copy it if
-#                          the transport keeps it). Raises OSError when the
-#                          link is closed or fails.
+#   async send(buf, n)     write buf[0:n] completely (the handshake; buf is a
+#                          bytearray the caller reuses as soon as send
+#                          returns: copy it if the transport keeps it).
+#                          Raises OSError when the link is closed or fails.
+#   try_send(buf, n, off)  frames: write as much of buf[off:n] as the
+#                          transport takes now, without blocking and without
+#                          keeping a reference to buf; returns the count
+#                          (0..n-off), or -1 when the link is closed or
+#                          failed. The node calls it with the oldest bytes
+#                          it has for the link, so frames stay in order, and
+#                          queues what was not taken (node.py).
 #   close()                idempotent; must wake a task blocked in recv_into
 #                          (which then returns 0) and make send raise.
 #
@@ -41,6 +48,7 @@ LINK_BLE = 4
 
 _EBADF = 9
 _EAGAIN = (11, 35)       # Linux, macOS/BSD
+TX_HIGH = 65536     # CPython: bytes a TCP transport may hold before try_send waits
 
 
 def _current_task():
@@ -113,23 +121,41 @@ def host_port(addr):
 class TcpLink:
     """A Link over an asyncio TCP stream pair (CPython or MicroPython)."""
 
+    closed = False
+    _rtask = None       # the task blocked in recv_into (close() wakes it)
+    _fast = 0           # direct socket reads in a row
+
     def __init__(self, reader, writer, link_type, name, outbound=False):
         self.r = reader
         self.w = writer
         self.link_type = link_type
         self.name = name
         self.outbound = outbound
-        self.closed = False
-        self._rtask = None
-        # MicroPython's Stream has readinto and copies what it cannot write
-        # at once; CPython's StreamReader has no readinto and its transport
-        # may keep a reference to the buffer it was given.
-        self._readinto = getattr(reader, "readinto", None)
-        self._copy = not hasattr(writer, "awrite")
-        # MicroPython: the stream's non-blocking socket, read directly when
-        # data is already waiting (no trip through the scheduler)
-        self._sock = getattr(reader, "s", None) if self._readinto is not None else None
-        self._fast = 0
+        # MicroPython: the stream's non-blocking socket (reader and writer
+        # are one Stream), read directly when data is already waiting and
+        # written directly (try_send). CPython: None; reads through the
+        # StreamReader, writes into the StreamWriter's transport.
+        self._sock = getattr(reader, "s", None) if hasattr(writer, "awrite") else None
+
+    def try_send(self, buf, n, off):
+        if self.closed:
+            return -1
+        s = self._sock
+        try:
+            if s is not None:
+                k = s.write(memoryview(buf)[off:n])
+                return k if k else 0
+            tr = self.w.transport
+            if tr.is_closing():
+                self.close()
+                return -1
+            if tr.get_write_buffer_size() > TX_HIGH:
+                return 0
+            self.w.write(bytes(buf[off:n]))
+            return n - off
+        except (OSError, ValueError, RuntimeError, AttributeError):
+            self.close()
+            return -1
 
     async def recv_into(self, mv):
         if self.closed:
@@ -137,7 +163,7 @@ class TcpLink:
         s = self._sock
         if s is not None and self._fast < 16:
             # at most 16 direct reads in a row, then one through asyncio so
-            # other tasks (the writers, the console) get their turn
+            # other tasks (the flusher, the console) get their turn
             try:
                 n = s.readinto(mv)
             except OSError:
@@ -148,8 +174,8 @@ class TcpLink:
         self._fast = 0
         self._rtask = _current_task()
         try:
-            if self._readinto is not None:
-                n = await self._readinto(mv)
+            if s is not None:
+                n = await self.r.readinto(mv)
                 if n is None:
                     n = 0
             else:
@@ -172,8 +198,8 @@ class TcpLink:
     async def send(self, buf, n):
         if self.closed:
             raise OSError(_EBADF)
-        if self._copy:
-            data = bytes(buf[0:n])
+        if self._sock is None:
+            data = bytes(buf[0:n])     # CPython's transport may keep what it is given
         else:
             data = memoryview(buf)[0:n]
         try:

@@ -5,23 +5,35 @@
 # their bounded send queues, ping/trace (snake.probe), counters of the
 # runtime itself, and the transports (wifi.py, ble.py) and the console.
 #
-# Send queues (back-pressure without unbounded buffering): one node-wide
-# pool of profile.tx_buffers preallocated frame buffers (bytearray(frame_max)
-# each), and per port a ring of at most `limit` buffer references.
-# router.tx takes a free buffer, copies the frame into it and queues it, or
-# returns False when the port's ring holds `limit` frames or the pool is
-# empty (the router counts the drop as queue_full). limit =
-# profile.wifi_queue for TCP links, profile.ble_queue for Bluetooth (link
-# type 4). A writer task per link (stream.py) sends the oldest buffer and
-# returns it to the pool only after link.send returned, so a buffer is never
-# overwritten while on its way out. Memory is fixed at boot (tx_buffers x
-# frame_max), whatever the number of ports or the traffic; a busy port
-# cannot take more than its ring's share.
+# Frame buffers: two node-wide pools (BufPool), allocated once at boot, so
+# the heap a node needs does not grow with its links or its traffic, and no
+# kilobyte block is asked of a fragmented heap later. Each pool holds
+# buffers of two sizes: frame_max (any frame) and profile.small_frame
+# (keepalives, bootstraps, wakeups, traffic, announcements of few hops: most
+# frames); a frame takes the smallest free buffer that holds it.
 #
-# Read buffers: one bytearray(frame_max) per live link, taken from a free
-# list (allocated on first need, reused after), at most max_peers + 2 at
-# once (links still in their handshake count); a further link is refused
-# ("busy"), and so is one whose buffer the heap cannot give ("no_memory").
+# Receiving (node.rxpool: rx_buffers + rx_small buffers): a link reads each
+# frame's 10-byte header into its own small buffer, takes a pool buffer that
+# fits the length, reads the rest behind the header, hands the frame to the
+# router and gives the buffer back. A link holds a buffer only while one
+# frame's bytes arrive (they normally come with the header); when none is
+# free it waits for one; one that keeps a buffer longer than RX_HOLD_MS is
+# closed ("slow"), so a peer trickling a frame cannot starve the others.
+# At most max_peers + 2 links at once (links still in their handshake
+# count); a further link is refused ("busy").
+#
+# Sending (node.txpool: tx_buffers + tx_small buffers): router.tx first
+# tries to write the frame out at once (link.try_send: the socket or the
+# BLE stack takes it without blocking, nothing is copied or kept); what the
+# link cannot take now goes into a pool buffer, queued on the port's ring of
+# at most `limit` buffers (SendQueues, every port's ring allocated at boot).
+# The router counts a refusal as queue_full: the port's ring holds `limit`
+# frames or no buffer of the pool fits. limit = profile.wifi_queue for TCP
+# links, profile.ble_queue for Bluetooth (link type 4). One flusher task
+# for all ports hands queued frames to their links, oldest first, as they
+# take them (looking again every FLUSH_MS while one is full), and gives a
+# buffer back once the link took all of it; a busy port cannot take more
+# than its ring's share, and no port needs a task or an object of its own.
 import asyncio
 import sys
 
@@ -36,103 +48,180 @@ TICK_MS = 100
 LINK_BLE = 4
 HANDSHAKE_TIMEOUT_MS = 10000
 EXTRA_HANDSHAKES = 2
+RX_HOLD_MS = 5000        # a link holding a receive buffer this long is closed ("slow")
+FLUSH_MS = 10            # the flusher looks again this soon while a link is full
 
 
 def _sleep_ms(ms):
     return asyncio.sleep(ms / 1000)
 
 
-class FramePool:
-    """Node-wide free list of preallocated frame buffers."""
+class BufPool:
+    """Preallocated frame buffers in two sizes, handed out by index (bufs[i],
+    mvs[i] its memoryview); taking and giving allocate nothing."""
 
-    def __init__(self, count, frame_max):
-        self.free = [bytearray(frame_max) for _ in range(count)]
-        self.size = count
-        self.empty = 0        # times a frame found no free buffer
+    def __init__(self, large, large_size, small, small_size):
+        if small_size >= large_size:
+            large += small
+            small = 0
+        self.small_size = small_size
+        self.large_size = large_size
+        self.nsmall = small
+        self.size = small + large
+        self.bufs = [bytearray(small_size) for _ in range(small)]
+        i = 0
+        while i < large:
+            self.bufs.append(bytearray(large_size))
+            i += 1
+        self.mvs = [memoryview(b) for b in self.bufs]
+        # free indexes, one stack per size (bytearrays: no list resizing)
+        self.fs = bytearray(range(small))
+        self.ns = small
+        self.fl = bytearray(range(small, small + large))
+        self.nl = large
+        self.empty = 0        # times a frame found no buffer that fits
+        self.ev = None        # asyncio.Event for waiters (wait())
 
-    def take(self):
-        if self.free:
-            return self.free.pop()
+    def free(self):
+        return self.ns + self.nl
+
+    def take(self, n):
+        """Index of a free buffer of at least n bytes, or -1."""
+        if n <= self.small_size and self.ns:
+            self.ns -= 1
+            return self.fs[self.ns]
+        if self.nl and n <= self.large_size:
+            self.nl -= 1
+            return self.fl[self.nl]
         self.empty += 1
-        return None
+        return -1
 
-    def give(self, buf):
-        self.free.append(buf)
+    def give(self, i):
+        if i < self.nsmall:
+            self.fs[self.ns] = i
+            self.ns += 1
+        else:
+            self.fl[self.nl] = i
+            self.nl += 1
+        ev = self.ev
+        if ev is not None:
+            ev.set()
+
+    async def wait(self):
+        """Until a buffer comes back (then take again: another may be first)."""
+        ev = self.ev
+        if ev is None:
+            ev = self.ev = asyncio.Event()
+        ev.clear()
+        await ev.wait()
 
 
-class SendQueue:
-    """Bounded ring of buffer references for one port (buffers: FramePool)."""
+class SendQueues:
+    """The send queues of every port, allocated once at boot: per port a ring
+    of at most limit[p] (<= depth) pool buffer indexes with their lengths;
+    off[p] = bytes of the head frame already taken by the link. One flusher
+    task (Node._flush) drains them; ev is set whenever a frame is queued."""
 
-    def __init__(self, limit, pool):
+    def __init__(self, ports, depth, pool):
         self.pool = pool
-        self.slots = [None] * limit
-        self.lens = [0] * limit
-        self.limit = limit
-        self.head = 0
-        self.count = 0
-        self.high = 0         # highest fill seen
-        self.full = 0         # frames refused (ring full or pool empty)
+        self.depth = depth
+        self.slots = bytearray(ports * depth)
+        self.lens = [0] * (ports * depth)
+        self.head = bytearray(ports)
+        self.count = bytearray(ports)
+        self.limit = bytearray(ports)
+        self.off = [0] * ports
+        self.high = bytearray(ports)   # highest fill seen
+        self.full = [0] * ports        # frames refused (ring full or pool empty)
         self.ev = asyncio.Event()
 
-    def grow(self, limit):
-        while len(self.slots) < limit:
-            self.slots.append(None)
-            self.lens.append(0)
+    def reset(self, p, limit):
+        """Empty port p's ring (its buffers back to the pool); new limit."""
+        while self.count[p]:
+            self.pop(p)
+        self.head[p] = 0
+        self.off[p] = 0
+        self.limit[p] = limit if limit < self.depth else self.depth
 
-    def reset(self, limit):
-        while self.count:
-            self.pop()
-        self.head = 0
-        self.limit = limit
-        self.ev = asyncio.Event()   # a fresh event: no stale waiter
-
-    def put(self, buf, n):
-        c = self.count
-        if c >= self.limit:
-            self.full += 1
+    def put(self, p, buf, n, off=0):
+        """Queue a copy of buf[off:n] on port p; False (counted) when it cannot."""
+        c = self.count[p]
+        lim = self.limit[p]
+        if c >= lim:
+            self.full[p] += 1
             return False
-        b = self.pool.take()
-        if b is None:
-            self.full += 1
+        m = n - off
+        pool = self.pool
+        j = pool.take(m)
+        if j < 0:
+            self.full[p] += 1
             return False
-        i = self.head + c
-        if i >= self.limit:
-            i -= self.limit
-        if len(buf) == len(b):
+        b = pool.bufs[j]
+        if off == 0 and len(buf) == len(b):
             b[:] = buf      # same-size buffers: one native copy, no allocation
         else:
-            copy_into(b, 0, buf, 0, n)
-        self.slots[i] = b
-        self.lens[i] = n
+            copy_into(b, 0, buf, off, m)
+        i = self.head[p] + c
+        if i >= lim:
+            i -= lim
+        i += p * self.depth
+        self.slots[i] = j
+        self.lens[i] = m
         c += 1
-        self.count = c
-        if c > self.high:
-            self.high = c
+        self.count[p] = c
+        if c > self.high[p]:
+            self.high[p] = c
         self.ev.set()
         return True
 
-    def pop(self):
-        if self.count:
-            i = self.head
-            b = self.slots[i]
-            self.slots[i] = None
-            if b is not None:
-                self.pool.give(b)
-            h = i + 1
-            if h >= self.limit:
+    def pop(self, p):
+        c = self.count[p]
+        if c:
+            h = self.head[p]
+            self.pool.give(self.slots[p * self.depth + h])
+            h += 1
+            if h >= self.limit[p]:
                 h = 0
-            self.head = h
-            self.count -= 1
+            self.head[p] = h
+            self.count[p] = c - 1
+            self.off[p] = 0
+
+    def drain(self, p, link):
+        """Give port p's queued frames to the link, oldest first, as far as
+        it takes them now. True when the ring is empty (or the link failed:
+        the ring is emptied), False when the link is full for now."""
+        bufs = self.pool.bufs
+        base = p * self.depth
+        while self.count[p]:
+            i = base + self.head[p]
+            n = self.lens[i]
+            off = self.off[p]
+            k = link.try_send(bufs[self.slots[i]], n, off)
+            if k < 0:
+                self.reset(p, self.limit[p])
+                return True
+            off += k
+            if off < n:
+                self.off[p] = off
+                return False
+            self.pop(p)
+        return True
 
 
 class Node:
-    def __init__(self, profile, signer, config=None):
+    def __init__(self, profile, signer, config=None, meter=None):
         self.profile = profile
         self.signer = signer
         self.config = config
+        self.meter = meter       # platform.Meter: heap per part at boot (console `mem`)
         self.key = bytes(signer.public)
         self.started = ticks_ms()
+        # our handshake first: the first signature builds the crypto tables
+        self.hs = bytearray(wire.HANDSHAKE_LEN)
+        wire.encode_handshake(self.hs, self.key, signer.sign(wire.handshake_signed(self.key)))
+        self._mark("crypto")
         r = Router(profile, signer, self.started)
+        self._mark("router")
         self.router = r
         r.tx = self._tx
         r.disconnect = self._disconnect
@@ -141,23 +230,26 @@ class Node:
         r.on_event = self._event
         P = profile.max_peers + 1
         self.links = [None] * P
-        self.queues = [None] * P
-        self.pool = FramePool(profile.tx_buffers, profile.frame_max)
+        self.txpool = BufPool(profile.tx_buffers, profile.frame_max, profile.tx_small, profile.small_frame)
+        depth = profile.wifi_queue if profile.wifi_queue > profile.ble_queue else profile.ble_queue
+        self.sq = SendQueues(P, depth, self.txpool)
+        self.flusher = None
+        self._mark("tx_pool")
+        self.rxpool = BufPool(profile.rx_buffers, profile.frame_max, profile.rx_small, profile.small_frame)
+        self._mark("rx_pool")
+        self.rx_since = [0] * P  # ticks a port took an rx buffer (0: none held)
         self.tasks = [None] * P
         self.link_since = [0] * P
-        self.rx_free = []
-        self.rx_out = 0
+        self.rx_out = 0          # links being served (stream.run), handshakes included
         self.rx_max = profile.max_peers + EXTRA_HANDSHAKES
         self.hop_limit = getattr(profile, "traffic_hop_limit", wire.HOP_LIMIT_TRAFFIC)
         hs_ms = getattr(config, "hs_timeout_ms", None) if config is not None else None
         self.hs_timeout_ms = hs_ms or HANDSHAKE_TIMEOUT_MS
-        self.hs = bytearray(wire.HANDSHAKE_LEN)
-        wire.encode_handshake(self.hs, self.key, signer.sign(wire.handshake_signed(self.key)))
         self.probes = probe.Prober(self)
         # runtime counters (fixed keys; the console's `stats` shows them)
         self.stats = {"links_up": 0, "links_down": 0, "hs_ok": 0, "duplicate": 0,
                       "no_port": 0, "framing": 0, "core_disconnect": 0, "app_rx": 0,
-                      "dials": 0, "dial_fail": 0, "accepts": 0, "oom": 0}
+                      "dials": 0, "dial_fail": 0, "accepts": 0, "oom": 0, "slow": 0}
         self.hs_fail = {}
         self.listeners = {}      # name -> "host:port" (for status/boot)
         self.warnings = []       # start-up problems (boot line)
@@ -167,8 +259,32 @@ class Node:
         self.ticker = None
         self.wifi = None         # snake.wifi.Wifi, when started
         self.ble = None          # snake.ble.BleManager, when started
+        self._mark("node")
 
     # ---- helpers ------------------------------------------------------
+    def _mark(self, part):
+        if self.meter is not None:
+            self.meter.mark(part)
+
+    def mem(self):
+        """The console's `mem`: heap size, use and where it went (None on CPython)."""
+        used = platform.heap_used()
+        if used is None:
+            return {"heap": None, "used": None, "free": None}
+        import gc
+        free = gc.mem_free()
+        d = {"heap": used + free, "used": used, "free": free, "largest_free": platform.largest_free()}
+        m = self.meter
+        if m is not None:
+            parts = m.as_dict()
+            parts["links_and_runtime"] = used - m.total()
+            d["parts"] = parts
+        n = 0
+        for lk in self.links:
+            if lk is not None:
+                n += 1
+        d["links"] = n
+        return d
     def log(self, msg):
         if self.log_fn is not None:
             self.log_fn(msg)
@@ -199,29 +315,6 @@ class Node:
 
     def uptime_s(self):
         return ticks_diff(ticks_ms(), self.started) // 1000
-
-    def rxbuf_get(self):
-        if self.rx_free:
-            self.rx_out += 1
-            return self.rx_free.pop()
-        if self.rx_out >= self.rx_max:
-            return None
-        try:
-            buf = bytearray(self.profile.frame_max)
-        except MemoryError:
-            # a fragmented heap: collect once and try again, else the link
-            # is refused (counted as a no_memory handshake failure)
-            self.oom()
-            try:
-                buf = bytearray(self.profile.frame_max)
-            except MemoryError:
-                return None
-        self.rx_out += 1
-        return buf
-
-    def rxbuf_put(self, buf):
-        self.rx_out -= 1
-        self.rx_free.append(buf)
 
     # ---- links (called by stream.run) --------------------------------
     def find_link(self, key, link_type):
@@ -280,13 +373,7 @@ class Node:
             self.log("no free port for %s" % link.name)
             return 0
         limit = self.profile.ble_queue if link.link_type == LINK_BLE else self.profile.wifi_queue
-        q = self.queues[port]
-        if q is None:
-            q = SendQueue(limit, self.pool)
-            self.queues[port] = q
-        else:
-            q.grow(limit)
-        q.reset(limit)
+        self.sq.reset(port, limit)
         self.links[port] = link
         try:
             self.tasks[port] = asyncio.current_task()
@@ -318,9 +405,7 @@ class Node:
         """Forget the port's link and task, return its queued buffers."""
         self.links[port] = None
         self.tasks[port] = None
-        q = self.queues[port]
-        if q is not None:
-            q.reset(q.limit)
+        self.sq.reset(port, self.sq.limit[port])
         self.stats["links_down"] += 1
 
     def start_link(self, link):
@@ -329,9 +414,21 @@ class Node:
 
     # ---- router outputs ---------------------------------------------
     def _tx(self, port, buf, n):
-        if port < 1 or port >= len(self.links) or self.links[port] is None:
+        if port < 1 or port >= len(self.links):
             return False
-        return self.queues[port].put(buf, n)
+        lk = self.links[port]
+        if lk is None:
+            return False
+        sq = self.sq
+        k = 0
+        if sq.count[port] == 0:
+            # nothing queued before it: the link may take it right now
+            k = lk.try_send(buf, n, 0)
+            if k == n:
+                return True
+            if k < 0:
+                return False     # the link failed (closed; the reader ends it)
+        return sq.put(port, buf, n, k)
 
     def _disconnect(self, port, reason):
         link = self.links[port]
@@ -374,16 +471,57 @@ class Node:
         r = self.router
         while True:
             try:
-                r.tick(ticks_ms())
+                now = ticks_ms()
+                r.tick(now)
                 self.after_receive()
+                self._slow(now)
             except MemoryError:
                 self.oom()
             await _sleep_ms(TICK_MS)
 
+    def _slow(self, now):
+        # a link that holds a receive buffer too long (a frame trickling in)
+        # is closed: the pool's buffers are shared by every link
+        since = self.rx_since
+        p = 1
+        while p < len(since):
+            t = since[p]
+            if t and ticks_diff(now, t) > RX_HOLD_MS and self.links[p] is not None:
+                since[p] = 0
+                self.stat("slow")
+                self._disconnect(p, "slow")
+                r = self.router
+                r.port_down(p, now)
+            p += 1
+
+    async def _flush(self):
+        # the one writer of every port: hands queued frames to their links
+        # as they take them; while a link is full, looks again every FLUSH_MS
+        sq = self.sq
+        links = self.links
+        while True:
+            blocked = False
+            p = 1
+            while p < len(links):
+                if sq.count[p]:
+                    lk = links[p]
+                    if lk is None:
+                        sq.reset(p, sq.limit[p])
+                    elif not sq.drain(p, lk):
+                        blocked = True
+                p += 1
+            if blocked:
+                await _sleep_ms(FLUSH_MS)
+            else:
+                sq.ev.clear()
+                await sq.ev.wait()
+
     def start(self):
-        """Start the tick task (the transports and console start their own)."""
+        """Start the tick and flusher tasks (the transports and console start their own)."""
         if self.ticker is None:
             self.ticker = asyncio.create_task(self._tick())
+        if self.flusher is None:
+            self.flusher = asyncio.create_task(self._flush())
         return self.ticker
 
     def close_all(self):
@@ -397,11 +535,12 @@ class Node:
     # ---- introspection (console) -------------------------------------
     def queue_info(self):
         out = []
+        sq = self.sq
         p = 1
         while p < len(self.links):
-            q = self.queues[p]
-            if q is not None and self.links[p] is not None:
-                out.append({"port": p, "len": q.count, "limit": q.limit, "high": q.high, "full": q.full})
+            if self.links[p] is not None:
+                out.append({"port": p, "len": sq.count[p], "limit": sq.limit[p], "high": sq.high[p],
+                            "full": sq.full[p]})
             p += 1
         return out
 
@@ -422,16 +561,27 @@ def _log_line(msg):
         pass
 
 
-async def run_node(cfg, profile, seed):
+async def run_node(cfg, profile, seed, meter=None):
     """Boot everything from a config; runs until cancelled."""
+    # every module the node runs, loaded now (stream.py: nothing new after boot)
     from snake.console import Console
+    if profile.wifi:
+        from snake import wifi
+    if profile.ble or getattr(cfg, "ble_medium", None):
+        platform.try_import("bluetooth")
+        try:
+            from snake import ble   # noqa: F401
+        except ImportError:
+            pass
+    if meter is not None:
+        meter.mark("code")
     console = Console(None, boot_error=None)
     node = None
     if seed is None:
         console.boot_error = cfg.key_error or "no key"
     else:
         try:
-            node = Node(profile, crypto.Signer(seed), cfg)
+            node = Node(profile, crypto.Signer(seed), cfg, meter)
         except MemoryError:
             console.boot_error = "out of memory building the router (profile %s)" % profile.name
             node = None
@@ -441,10 +591,12 @@ async def run_node(cfg, profile, seed):
         node.log_fn = console.log
         node.start()
         if profile.wifi:
-            from snake import wifi
             await wifi.Wifi(node, cfg).start()
+            node._mark("wifi")
         if profile.ble or getattr(cfg, "ble_medium", None):
             start_ble(node, console)
+            node._mark("ble")
+        node._mark("console")
     console.boot()
     await console.run()
     # stdin closed: keep routing (a board without a host, a detached node)
@@ -470,10 +622,11 @@ def start_ble(node, console):
     return mgr
 
 
-def main(argv=None):
-    """Entry point of firmware/main.py."""
+def main(argv=None, heap0=None):
+    """Entry point of firmware/main.py (heap0: gc.mem_alloc() before the
+    firmware was imported, the start of console `mem`'s code figure)."""
     try:
-        return _main(argv)
+        return _main(argv, heap0)
     except MemoryError:
         _unload("snake.config")
         _log_line("error: out of memory while booting")
@@ -484,7 +637,8 @@ def main(argv=None):
         return 3
 
 
-def _main(argv):
+def _main(argv, heap0=None):
+    meter = platform.Meter(heap0) if heap0 is not None else None
     from snake import config as cfgmod
     from snake.profile import Profile, ProfileError
     if argv is None:
@@ -512,7 +666,7 @@ def _main(argv):
     cfgmod = None
     _unload("snake.config")
     try:
-        asyncio.run(run_node(cfg, profile, seed))
+        asyncio.run(run_node(cfg, profile, seed, meter))
     except KeyboardInterrupt:
         pass
     return 0

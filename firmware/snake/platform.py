@@ -121,6 +121,73 @@ def collect():
     return -1
 
 
+def heap_used():
+    """Live heap bytes after a collection (MicroPython), None on CPython."""
+    if not MICROPYTHON:
+        return None
+    import gc
+    gc.collect()
+    return gc.mem_alloc()
+
+
+def largest_free():
+    """Largest block the heap can give right now, bytes (MicroPython; None on
+    CPython): a fragmented heap refuses a frame buffer with plenty free in
+    total. Found by trial allocations (synchronous, each freed at once)."""
+    if not MICROPYTHON:
+        return None
+    import gc
+    gc.collect()
+    lo = 0
+    hi = gc.mem_free()
+    while hi - lo > 16:
+        mid = (lo + hi) // 2
+        try:
+            b = bytearray(mid)
+            b = None
+            lo = mid
+        except MemoryError:
+            hi = mid
+        gc.collect()
+    return lo
+
+
+class Meter:
+    """Where the node's heap went while it booted: gc.mem_alloc() growth
+    (after a collection) from one mark to the next, per part. The parts are
+    built once at boot and stay (fixed-size tables and buffers), so these
+    figures hold for the node's whole run; what is allocated later (links,
+    their tasks and queues) is the rest of the live heap (console `mem`)."""
+
+    def __init__(self, base=None):
+        self.names = []
+        self.sizes = []
+        self.last = base if base is not None else heap_used()
+
+    def mark(self, name):
+        a = heap_used()
+        if a is None or self.last is None:
+            return
+        if name in self.names:
+            i = self.names.index(name)
+            self.sizes[i] += a - self.last
+        else:
+            self.names.append(name)
+            self.sizes.append(a - self.last)
+        self.last = a
+
+    def total(self):
+        return sum(self.sizes)
+
+    def as_dict(self):
+        d = {}
+        i = 0
+        while i < len(self.names):
+            d[self.names[i]] = self.sizes[i]
+            i += 1
+        return d
+
+
 class _EventFlag:
     # asyncio.Event with ThreadSafeFlag's wait-then-clear semantics.
     def __init__(self):

@@ -20,7 +20,12 @@ DEFAULTS = {
     "frame_max": 8192,        # largest frame accepted/sent, bytes
     "wifi_queue": 16,         # frames queued per Wi-Fi port
     "ble_queue": 4,           # frames queued per BLE port
-    "tx_buffers": 48,         # node-wide pool of frame buffers for all send queues
+    "tx_buffers": 48,         # send pool: frame_max buffers (what links cannot take at once)
+    "tx_small": 0,            # send pool: small_frame buffers
+    "rx_buffers": 8,          # receive pool: frame_max buffers (one per frame arriving)
+    "rx_small": 16,           # receive pool: small_frame buffers
+    "small_frame": 256,       # size of the pools' small buffers, bytes
+    "ble_ring": 24576,        # receive ring per BLE link, bytes
     "wakeup_filter": 32,      # per-origin wakeup de-duplication entries
     "bootstrap_verify": "all",  # all | on-change | off
     "hop_limiting": True,     # relays decrement traffic hop limit
@@ -52,10 +57,21 @@ class Profile:
 
     def check(self):
         for k in ("max_peers", "ble_links", "max_routes", "coord_cache", "sig_cache",
-                  "max_hops", "frame_max", "wifi_queue", "ble_queue", "tx_buffers", "wakeup_filter"):
+                  "max_hops", "frame_max", "wifi_queue", "ble_queue", "tx_buffers", "wakeup_filter",
+                  "rx_buffers", "small_frame", "ble_ring"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1:
                 raise ProfileError("profile %s must be a positive integer" % k)
+        for k in ("tx_small", "rx_small"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or v < 0:
+                raise ProfileError("profile %s must be a non-negative integer" % k)
+        if self.tx_buffers + self.tx_small > 255 or self.rx_buffers + self.rx_small > 255:
+            raise ProfileError("profile buffer pools hold at most 255 buffers each")
+        if self.small_frame < 64:
+            raise ProfileError("profile small_frame must be at least 64")
+        if self.ble_ring < 1024:
+            raise ProfileError("profile ble_ring must be at least 1024 (two BLE packets)")
         if self.max_peers > 255:
             raise ProfileError("profile max_peers must be at most 255")
         if not isinstance(self.traffic_hop_limit, int) or not 2 <= self.traffic_hop_limit <= 255:

@@ -8,13 +8,17 @@
 #      or EOF close the link and are counted in node.stats["hs_fail"];
 #   2. node.link_up(link, key) assigns a switch port (or refuses: duplicate
 #      link to that key and link type, no free port);
-#   3. frames: the 10-byte header is read into the link's preallocated
-#      buffer (bytearray(profile.frame_max)), then the rest of the frame
-#      behind it; the whole frame goes to router.receive(port, buf, n, now).
-#      A frame longer than frame_max is read in pieces and dropped (counted
-#      as "oversize"); a bad magic or a length below the header means the
-#      byte stream lost sync: the link is closed (counted as "framing");
-#   4. a writer task drains the port's bounded send queue onto the link.
+#   3. frames: the 10-byte header is read into the link's own 104-byte
+#      buffer (the handshake's), then a buffer that fits the length is taken
+#      from the node's receive pool (node.rxpool; waiting while none is
+#      free), the header copied in and the rest of the frame read behind it;
+#      the whole frame goes to router.receive(port, buf, n, now) and the
+#      buffer back to the pool. A frame longer than frame_max is read in
+#      pieces and dropped (counted as "oversize"); a bad magic or a length
+#      below the header means the byte stream lost sync: the link is closed
+#      (counted as "framing");
+#   4. sending is the node's (node.py: try_send at once, else the port's
+#      bounded send queue, drained by the node's one flusher task).
 # On EOF, error or close: node.link_down(port, link), link.close().
 #
 # Nothing new after boot: this module is imported at boot (node.py, wifi.py),
@@ -34,7 +38,7 @@ from snake.platform import ticks_ms
 from snake.telemetry import D_OVERSIZE, D_MALFORMED
 
 _wait_for = asyncio.wait_for     # asyncio.funcs: the handshake deadline
-_Event = asyncio.Event           # asyncio.event: port send queues, BLE flags
+_Event = asyncio.Event           # asyncio.event: send queues, BLE flags
 
 _MAGIC0, _MAGIC1, _MAGIC2, _MAGIC3 = 0x70, 0x69, 0x6E, 0x65   # "pine"
 
@@ -106,53 +110,27 @@ async def handshake(node, link, buf, mv):
     return pub
 
 
-async def _writer(node, link, port, q):
-    try:
-        while True:
-            while q.count == 0:
-                q.ev.clear()
-                await q.ev.wait()
-            w = getattr(link, "w", None)
-            if w is None or getattr(link, "_copy", True):
-                i = q.head
-                try:
-                    await link.send(q.slots[i], q.lens[i])
-                except MemoryError:
-                    node.oom()     # that frame is dropped
-                q.pop()
-                continue
-            # MicroPython stream: write every queued frame (the stream copies
-            # it into its output buffer), then drain once
-            try:
-                while q.count:
-                    i = q.head
-                    w.write(memoryview(q.slots[i])[0:q.lens[i]])
-                    q.pop()
-            except MemoryError:
-                node.oom()
-                q.pop()
-            await w.drain()
-    except OSError:
-        link.close()
-
-
 async def run(node, link):
     """Serve one link until it closes. Returns the close reason (str)."""
-    buf = node.rxbuf_get()
-    if buf is None:
-        why = "busy" if node.rx_out >= node.rx_max else "no_memory"
-        node.hs_failed(why, link)
+    if node.rx_out >= node.rx_max:
+        node.hs_failed("busy", link)
         link.close()
-        return why
-    mv = memoryview(buf)
-    hdr = mv[0:wire.HEADER_LEN]
-    fmax = len(buf)
-    port = 0
-    wt = None
-    reason = "eof"
-    r = node.router
+        return "busy"
     try:
-        pub = await handshake(node, link, buf, mv)
+        hb = bytearray(wire.HANDSHAKE_LEN)     # handshake, then frame headers
+        mv = memoryview(hb)
+    except MemoryError:
+        node.oom()
+        node.hs_failed("no_memory", link)
+        link.close()
+        return "no_memory"
+    node.rx_out += 1
+    port = 0
+    j = -1
+    reason = "eof"
+    pool = node.rxpool
+    try:
+        pub = await handshake(node, link, hb, mv)
         if pub is None:
             return "handshake"
         try:
@@ -162,50 +140,80 @@ async def run(node, link):
         port = node.link_up(link, pub)
         if not port:
             return "refused"
-        q = node.queues[port]
-        wt = asyncio.create_task(_writer(node, link, port, q))
+        HL = wire.HEADER_LEN
+        hdr = mv[0:HL]
+        fmax = node.profile.frame_max
+        bufs = pool.bufs
+        mvs = pool.mvs
+        since = node.rx_since
+        links = node.links
+        r = node.router
+        drops = r.counters.drops
+        recv = link.recv_into
         while True:
-            if not await _read_exact(link, hdr, 0, wire.HEADER_LEN):
-                break
-            if buf[0] != _MAGIC0 or buf[1] != _MAGIC1 or buf[2] != _MAGIC2 or buf[3] != _MAGIC3:
-                r.counters.drops[D_MALFORMED] += 1
+            got = 0
+            while got < HL:
+                k = await recv(hdr if got == 0 else hdr[got:])
+                if k <= 0:
+                    return "eof"
+                got += k
+            if hb[0] != _MAGIC0 or hb[1] != _MAGIC1 or hb[2] != _MAGIC2 or hb[3] != _MAGIC3:
+                drops[D_MALFORMED] += 1
                 node.stat("framing")
                 reason = "framing"
                 break
-            n = (buf[8] << 8) | buf[9]
-            if n < wire.HEADER_LEN:
-                r.counters.drops[D_MALFORMED] += 1
+            n = (hb[8] << 8) | hb[9]
+            if n < HL:
+                drops[D_MALFORMED] += 1
                 node.stat("framing")
                 reason = "framing"
                 break
-            if n > fmax:
-                r.counters.drops[D_OVERSIZE] += 1
-                if not await _skip(link, mv, n - wire.HEADER_LEN):
+            j = pool.take(n) if n <= fmax else -1
+            while j < 0 and n <= fmax:
+                await pool.wait()
+                if links[port] is not link:
+                    return "closed by router"
+                j = pool.take(n)
+            if j < 0:
+                drops[D_OVERSIZE] += 1
+                if not await _skip(link, mv, n - HL):
                     break
                 continue
-            if n > wire.HEADER_LEN:
-                if not await _read_exact(link, mv, wire.HEADER_LEN, n - wire.HEADER_LEN):
-                    break
+            since[port] = ticks_ms() | 1
+            buf = bufs[j]
+            k = 0
+            while k < HL:
+                buf[k] = hb[k]
+                k += 1
+            bmv = mvs[j]
+            while k < n:
+                g = await recv(bmv[k:n])
+                if g <= 0:
+                    return "eof"
+                k += g
+            since[port] = 0
             try:
                 r.receive(port, buf, n, ticks_ms())
                 node.after_receive()
             except MemoryError:
                 # the frame is lost, the link and the node carry on
                 node.oom()
-            if node.links[port] is not link:
+            pool.give(j)
+            j = -1
+            if links[port] is not link:
                 reason = "closed by router"
                 break
     except asyncio.CancelledError:
         reason = "cancelled"
     except MemoryError:
-        # e.g. the writer task could not be created: the link goes, the node stays
         node.oom()
         reason = "no_memory"
     finally:
-        if wt is not None:
-            wt.cancel()
+        if j >= 0:
+            pool.give(j)
         if port:
+            node.rx_since[port] = 0
             node.link_down(port, link, reason)
         link.close()
-        node.rxbuf_put(buf)
+        node.rx_out -= 1
     return reason

@@ -62,6 +62,10 @@ def _err(e):
         return str(e)
 
 
+async def _nothing():
+    pass
+
+
 def _ip_bytes(dotted):
     parts = dotted.split(".")
     if len(parts) != 4:
@@ -153,8 +157,10 @@ class Wifi:
 
     async def _listen(self, host, port, link_type):
         def cb_factory(lt):
-            async def cb(reader, writer):
-                await self._accepted(reader, writer, lt)
+            # a plain function returning the link's coroutine: asyncio runs
+            # it as the connection's task (no wrapper coroutine per link)
+            def cb(reader, writer):
+                return self._accepted(reader, writer, lt)
             return cb
         cb = cb_factory(link_type)
         if port:
@@ -176,7 +182,7 @@ class Wifi:
             i += 1
         raise err
 
-    async def _accepted(self, reader, writer, link_type):
+    def _accepted(self, reader, writer, link_type):
         set_nodelay(writer)
         self.node.stat("accepts")
         try:
@@ -184,8 +190,8 @@ class Wifi:
         except MemoryError:
             self.node.oom()
             close_stream(writer)
-            return
-        await stream.run(self.node, link)
+            return _nothing()
+        return stream.run(self.node, link)
 
     # ---- multicast --------------------------------------------------------
     def _open_multicast(self):

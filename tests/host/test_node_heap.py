@@ -61,14 +61,17 @@ class Filler(object):
     """Scripted peers for every node, run by an asyncio loop in a thread
     that lives in the nodes' network namespace."""
 
-    def __init__(self, ns_pid, targets):
-        self.ns_pid = ns_pid
+    def __init__(self, ns_pid, targets, fakes_per_node=FAKES_PER_NODE, synth_per_node=SYNTH_PER_NODE,
+                 traffic_keys=3):
+        self.ns_pid = ns_pid              # None: the nodes are in this namespace
+        self.fakes = fakes_per_node
+        self.traffic_keys = traffic_keys  # synthetic traffic sources per scripted peer and round
         self.targets = targets            # [(listen port, node pubkey hex)]
         self.stop = threading.Event()
         self.error = None
         self.sent = {"bootstrap": 0, "wakeup": 0, "traffic": 0}
         self.connected = 0
-        self.synth = [[Signer(bytes([0x80 + i, j]) + bytes(30)) for j in range(SYNTH_PER_NODE)]
+        self.synth = [[Signer(bytes([0x80 + i, j]) + bytes(30)) for j in range(synth_per_node)]
                       for i in range(len(targets))]
         self.thread = threading.Thread(target=self._main, daemon=True)
 
@@ -77,7 +80,8 @@ class Filler(object):
 
     def _main(self):
         try:
-            _setns(self.ns_pid)
+            if self.ns_pid is not None:
+                _setns(self.ns_pid)
             asyncio.run(self._run())
         except Exception as e:   # reported by the test
             self.error = e
@@ -85,7 +89,7 @@ class Filler(object):
     async def _run(self):
         peers = []
         for i, (port, _) in enumerate(self.targets):
-            for j in range(FAKES_PER_NODE):
+            for j in range(self.fakes):
                 p = FakePeer(bytes([0x70 + i, 0x10 + j]) + bytes(30), "127.0.0.1", port)
                 await p.connect()
                 p.start()
@@ -103,11 +107,11 @@ class Filler(object):
                 if p.closed:
                     continue
                 await p.keepalive()
-                keys = self.synth[i][j::FAKES_PER_NODE]
+                keys = self.synth[i][j::self.fakes]
                 for s in keys:
                     if await p.bootstrap_for(s, seq):
                         self.sent["bootstrap"] += 1
-                for s in keys[:3]:
+                for s in keys[:self.traffic_keys]:
                     pl = bytes(probe.make(probe.PING, seq & 0xFFFFFFFF))
                     if await p.traffic_from(s.public, bytes.fromhex(self.targets[i][1]), pl):
                         self.sent["traffic"] += 1

@@ -9,7 +9,8 @@ import pytest
 import host_tools  # noqa: F401  (puts firmware/ and lib/ on sys.path)
 from snake import wire, stream, config
 from snake.crypto import Signer
-from snake.node import FramePool, Node, SendQueue
+from snake import node as nodemod
+from snake.node import BufPool, Node, SendQueues
 from snake.profile import Profile
 from snake.telemetry import DROP_NAMES
 
@@ -70,6 +71,15 @@ class MemLink(object):
             raise OSError(9, "closed")
         self.sent.append(before)
 
+    def try_send(self, buf, n, off):
+        # frames: the peer takes them while the gate is open
+        if self.closed:
+            return -1
+        if not self.gate.is_set():
+            return 0
+        self.sent.append(bytes(buf[off:n]))
+        return n - off
+
     def close(self):
         self.closed = True
         self.inq.put_nowait(b"")
@@ -86,7 +96,10 @@ def make_node(**kw):
     d = {"max_peers": 4, "wifi_queue": 3, "ble_queue": 2, "frame_max": 1024, "max_hops": 8,
          "max_routes": 8, "coord_cache": 4, "sig_cache": 8, "wakeup_filter": 4}
     d.update(kw)
-    return Node(Profile(d), Signer(bytes([0x55]) * 32))
+    n = Node(Profile(d), Signer(bytes([0x55]) * 32))
+    # the flusher (what sends queued frames), without the router's tick
+    n.flusher = asyncio.get_running_loop().create_task(n._flush())
+    return n
 
 
 async def _settle(cond, timeout=3.0):
@@ -105,43 +118,109 @@ def keepalive():
 
 
 def test_send_queue_ring_bounded():
-    pool = FramePool(8, 64)
-    q = SendQueue(3, pool)
+    pool = BufPool(8, 64, 0, 256)
+    sq = SendQueues(3, 5, pool)
+    sq.reset(1, 3)
     src = bytearray(64)
     for i in range(3):
         src[0] = i
-        assert q.put(src, 10 + i)
+        assert sq.put(1, src, 10 + i)
     src[0] = 99
-    assert not q.put(src, 5)
-    assert q.count == 3 and q.full == 1 and q.high == 3
-    assert q.slots[q.head][0] == 0 and q.lens[q.head] == 10
-    assert len(pool.free) == 5
-    q.pop()
-    assert len(pool.free) == 6
-    assert q.put(src, 7)
-    order = []
-    while q.count:
-        order.append((q.slots[q.head][0], q.lens[q.head]))
-        q.pop()
-    assert order == [(1, 11), (2, 12), (99, 7)]
-    assert len(pool.free) == 8          # every buffer went back
-    # growing keeps slots; the limit is what bounds it
-    q.grow(5)
-    q.reset(2)
-    assert len(q.slots) == 5 and q.limit == 2
+    assert not sq.put(1, src, 5)
+    assert sq.count[1] == 3 and sq.full[1] == 1 and sq.high[1] == 3
+    assert pool.free() == 5
+    sq.pop(1)
+    assert pool.free() == 6
+    assert sq.put(1, src, 7)
+    link = RecLink(room=10 ** 6)
+    assert sq.drain(1, link)
+    assert link.frames == [(1, 11), (2, 12), (99, 7)]
+    assert pool.free() == 8             # every buffer went back
+    # the limit is what bounds a ring, never more than its depth
+    sq.reset(1, 9)
+    assert sq.limit[1] == 5
 
 
 def test_send_queues_share_a_fixed_pool():
-    pool = FramePool(4, 64)
-    a = SendQueue(3, pool)
-    b = SendQueue(3, pool)
+    pool = BufPool(4, 64, 0, 256)
+    sq = SendQueues(3, 3, pool)
+    sq.reset(1, 3)
+    sq.reset(2, 3)
     src = bytearray(64)
-    assert a.put(src, 1) and a.put(src, 1) and a.put(src, 1)
-    assert b.put(src, 1)
-    assert not b.put(src, 1)            # the pool is empty: refused, counted
-    assert pool.empty == 1 and b.full == 1
-    a.reset(3)                          # a link going down returns its buffers
-    assert len(pool.free) == 3 and b.put(src, 1)
+    assert sq.put(1, src, 1) and sq.put(1, src, 1) and sq.put(1, src, 1)
+    assert sq.put(2, src, 1)
+    assert not sq.put(2, src, 1)        # the pool is empty: refused, counted
+    assert pool.empty == 1 and sq.full[2] == 1
+    sq.reset(1, 3)                      # a link going down returns its buffers
+    assert pool.free() == 3 and sq.put(2, src, 1)
+
+
+def test_drain_resumes_a_frame_where_the_link_stopped():
+    pool = BufPool(2, 64, 0, 256)
+    sq = SendQueues(2, 4, pool)
+    sq.reset(1, 4)
+    a = bytes(range(30))
+    b = bytes(range(100, 120))
+    assert sq.put(1, a, 30) and sq.put(1, b, 20)
+    link = RecLink(room=12)
+    assert not sq.drain(1, link) and sq.off[1] == 12 and sq.count[1] == 2
+    link.room = 25                      # the rest of a, then 7 bytes of b
+    assert not sq.drain(1, link) and sq.count[1] == 1 and sq.off[1] == 7
+    link.room = 100
+    assert sq.drain(1, link) and sq.count[1] == 0 and pool.free() == 2
+    assert bytes(link.wire) == a + b
+    # a link that failed: the ring is emptied, its buffers back
+    assert sq.put(1, a, 30)
+    link.room = -1
+    assert sq.drain(1, link) and sq.count[1] == 0 and pool.free() == 2
+
+
+class RecLink(object):
+    """try_send side only: takes `room` bytes (-1: failed), records them."""
+
+    def __init__(self, room):
+        self.room = room
+        self.wire = bytearray()
+        self.frames = []
+
+    def try_send(self, buf, n, off):
+        if self.room < 0:
+            return -1
+        k = min(n - off, self.room)
+        self.room -= k
+        self.wire += bytes(buf[off:off + k])
+        if off == 0 and k == n:
+            self.frames.append((buf[0], n))
+        return k
+
+
+def test_pool_takes_the_smallest_buffer_that_fits():
+    pool = BufPool(2, 1024, 3, 128)
+    assert pool.size == 5 and [len(b) for b in pool.bufs] == [128] * 3 + [1024] * 2
+    small = [pool.take(100) for _ in range(3)]
+    assert all(i < 3 for i in small)
+    big = pool.take(100)                # no small one left: a large one
+    assert big >= 3
+    assert pool.take(1000) >= 3         # the other large one
+    assert pool.take(10) == -1 and pool.take(1024) == -1 and pool.empty == 2
+    assert pool.take(2000) == -1        # larger than any buffer
+    pool.give(small[0])
+    assert pool.take(1000) == -1        # a small buffer does not hold it
+    assert pool.take(128) == small[0]
+    for i in small[1:] + [small[0], big]:
+        pool.give(i)
+    assert pool.free() == 4
+    # small buffers not smaller than frame_max: one size only
+    one = BufPool(2, 256, 3, 512)
+    assert one.size == 5 and all(len(b) == 256 for b in one.bufs)
+    # a queued frame keeps its bytes (copied from a larger buffer)
+    sq = SendQueues(2, 2, pool)
+    sq.reset(1, 2)
+    src = bytearray(range(200))
+    assert sq.put(1, src, 50, 10)       # bytes 10..49 (the rest after a partial write)
+    i = sq.slots[1 * 2 + sq.head[1]]
+    assert len(pool.bufs[i]) == 128 and bytes(pool.bufs[i][:40]) == bytes(range(10, 50))
+    assert sq.lens[1 * 2 + sq.head[1]] == 40
 
 
 def test_link_up_backpressure_and_down():
@@ -155,24 +234,23 @@ def test_link_up_backpressure_and_down():
         await _settle(lambda: r.peers() != [])
         port = r.peers()[0]["port"]
         assert r.peers()[0]["key"] == peer.hex() and r.peers()[0]["link"] == "remote"
-        q = node.queues[port]
-        assert q.limit == 3                # profile wifi_queue
-        await _settle(lambda: q.count == 0)
+        sq = node.sq
+        assert sq.limit[port] == 3         # profile wifi_queue
+        await _settle(lambda: sq.count[port] == 0)
         link.gate.clear()                  # the peer stops reading
-        # flood the port: the ring holds `limit` frames (the one the writer
-        # is sending stays in its slot until sent), the rest is refused and
-        # counted by the core
+        # flood the port: the ring holds `limit` frames, the rest is refused
+        # and counted by the core
         d0 = r.counters.drops[D_QUEUE_FULL]
         buf = bytearray(64)
         for i in range(10):
             buf[0:10] = keepalive()
             r._tx(port, buf, 10)
-        assert q.count == q.limit
+        assert sq.count[port] == sq.limit[port]
         assert r.counters.drops[D_QUEUE_FULL] > d0
-        assert q.full > 0
+        assert sq.full[port] > 0
         link.gate.set()                    # the peer reads again: the ring drains
-        await _settle(lambda: q.count == 0)
-        assert len(link.sent) == 2 + q.limit, [f[:12] for f in link.sent]
+        await _settle(lambda: sq.count[port] == 0)
+        assert len(link.sent) == 2 + sq.limit[port], [f[:12] for f in link.sent]
         assert all(f == keepalive() for f in link.sent[2:])
         assert len(link.sent[0]) == wire.HANDSHAKE_LEN and link.sent[1][5] == wire.T_ANNOUNCEMENT
         # frames in reach the core
@@ -196,7 +274,7 @@ def test_ble_queue_smaller():
         task = asyncio.ensure_future(stream.run(node, link))
         await _settle(lambda: node.router.peers() != [])
         port = node.router.peers()[0]["port"]
-        assert node.queues[port].limit == 2 and node.router.peers()[0]["link"] == "ble"
+        assert node.sq.limit[port] == 2 and node.router.peers()[0]["link"] == "ble"
         link.close()
         await asyncio.wait_for(task, 3)
     asyncio.run(go())
@@ -268,7 +346,98 @@ def test_read_buffers_bounded():
         for lk in links:
             lk.close()
         await asyncio.wait_for(asyncio.gather(*tasks), 3)
-        assert node.rx_out == 0 and len(node.rx_free) == 3
+        assert node.rx_out == 0 and node.rxpool.free() == node.rxpool.size
+    asyncio.run(go())
+
+
+class DirectLink(MemLink):
+    """A MemLink whose transport takes `room` bytes (try_send)."""
+
+    def __init__(self, room, **kw):
+        MemLink.__init__(self, **kw)
+        self.room = room
+        self.wire = bytearray()          # every frame byte sent, in order
+
+    def try_send(self, buf, n, off):
+        k = min(n - off, self.room)
+        self.room -= k
+        self.wire += bytes(buf[off:off + k])
+        return k
+
+
+def test_direct_send_then_queue_keeps_order():
+    async def go():
+        node = make_node()
+        r = node.router
+        link = DirectLink(10 ** 6)
+        hs, peer = handshake_of(bytes([0x6a]) * 32)
+        link.feed(hs)
+        task = asyncio.ensure_future(stream.run(node, link))
+        await _settle(lambda: r.peers() != [])
+        port = r.peers()[0]["port"]
+        sq = node.sq
+        await _settle(lambda: sq.count[port] == 0)
+        free0 = node.txpool.free()
+        frames = []
+        buf = bytearray(1024)
+        for i in range(4):
+            wire.encode_keepalive(buf)
+            buf[7] = i                   # tell the frames apart (hop limit byte)
+            frames.append(bytes(buf[:10]))
+        link.wire = bytearray()
+        # the transport takes the first frame whole: nothing queued, no buffer used
+        assert node._tx(port, frames[0], 10) and sq.count[port] == 0 and node.txpool.free() == free0
+        # then only 4 bytes: the other 6 queue behind them, and so does the
+        # next frame (never ahead of queued bytes)
+        link.room = 4
+        assert node._tx(port, frames[1], 10) and sq.count[port] == 1
+        assert sq.lens[port * sq.depth + sq.head[port]] == 6
+        assert node._tx(port, frames[2], 10) and sq.count[port] == 2
+        await asyncio.sleep(0.05)
+        assert sq.count[port] == 2       # the link takes nothing: still queued
+        link.room = 100
+        await _settle(lambda: sq.count[port] == 0)
+        assert node._tx(port, frames[3], 10)
+        assert bytes(link.wire) == b"".join(frames)
+        assert node.txpool.free() == free0
+        link.close()
+        await asyncio.wait_for(task, 3)
+    asyncio.run(go())
+
+
+def test_receive_pool_shared_and_slow_link_closed(monkeypatch):
+    async def go():
+        monkeypatch.setattr(nodemod, "RX_HOLD_MS", 300)
+        node = make_node(rx_buffers=1, rx_small=0)
+        node.ticker = asyncio.ensure_future(node._tick())
+        r = node.router
+        a, b = MemLink(), MemLink()
+        hs_a, _ = handshake_of(bytes([0x6b]) * 32)
+        hs_b, _ = handshake_of(bytes([0x6c]) * 32)
+        a.feed(hs_a)
+        b.feed(hs_b)
+        ta = asyncio.ensure_future(stream.run(node, a))
+        tb = asyncio.ensure_future(stream.run(node, b))
+        await _settle(lambda: len(r.peers()) == 2)
+        assert node.rxpool.free() == 1
+        # a sends a header and trickles nothing more: it holds the only buffer
+        ka = keepalive()
+        a.feed(ka[:8] + bytes([0, 20]))
+        await _settle(lambda: node.rxpool.free() == 0)
+        # b's frame waits for a buffer ...
+        rx0 = r.counters.rx[wire.T_KEEPALIVE]
+        b.feed(keepalive())
+        await asyncio.sleep(0.1)
+        assert r.counters.rx[wire.T_KEEPALIVE] == rx0
+        # ... until a is closed as slow, then goes through
+        await _settle(lambda: a.closed, timeout=3)
+        await _settle(lambda: r.counters.rx[wire.T_KEEPALIVE] == rx0 + 1)
+        assert node.stats["slow"] == 1 and not b.closed
+        await asyncio.wait_for(ta, 3)
+        await _settle(lambda: node.rxpool.free() == 1)
+        b.close()
+        await asyncio.wait_for(tb, 3)
+        node.ticker.cancel()
     asyncio.run(go())
 
 
@@ -331,16 +500,17 @@ def test_out_of_memory_in_a_handshake_is_counted_and_the_node_carries_on():
         assert calls and reason == "handshake" and lk.closed
         assert node.hs_fail.get("no_memory") == 1 and node.stats["oom"] == 1
         assert node.rx_out == 0 and node.links.count(None) == len(node.links)
-        # a read buffer the heap cannot give
+        # a link's own small buffer the heap cannot give
         node.verify = real_verify
-        node.rx_free[:] = []
-        big = node.profile.frame_max
-        node.profile.frame_max = 1 << 62     # bytearray(2^62) raises MemoryError
+
+        def no_heap(n):
+            raise MemoryError("memory allocation failed")
+        stream.bytearray = no_heap
         try:
             lk2 = MemLink()
             reason = await asyncio.wait_for(stream.run(node, lk2), 3)
         finally:
-            node.profile.frame_max = big
+            del stream.bytearray
         assert reason == "no_memory" and lk2.closed and node.hs_fail.get("no_memory") == 2
         assert node.rx_out == 0
         # the next link comes up normally
