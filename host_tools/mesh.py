@@ -291,23 +291,30 @@ class ProcessMesh(object):
         st = self.status(timeout)
         keys = sorted(self.keys.values())
         want_root = self.hexkey(max(self.keys, key=lambda n: self.keys[n]))
-        tree = all(s.get("ok") and s.get("root") == want_root for s in st.values())
-        snake = True
+        agree = sum(1 for s in st.values() if s.get("ok") and s.get("root") == want_root)
+        right = 0
         for n in self.names:
             k = self.keys[n]
             i = keys.index(k)
             want = binascii.hexlify(keys[i - 1]).decode() if i > 0 else None
-            if st[n].get("desc") != want:
-                snake = False
-        return tree, snake, st
+            if st[n].get("desc") == want:
+                right += 1
+        self.agreement = (agree, right)     # nodes on the right root; with the right snake neighbour
+        return agree == len(st), right == len(self.names), st
 
     def wait_converged(self, timeout=120.0, progress=None, request_timeout=15.0):
         end = time.monotonic() + timeout
         t_tree = t_snake = None
         start = time.monotonic()
+        next_note = start + 5
         while True:
             tree, snake, _ = self.converged(request_timeout)
             now = time.monotonic()
+            if progress and now >= next_note and not (tree and snake):
+                next_note = now + 5
+                progress("still waiting after %.0f s: %d of %d nodes agree on the root, %d have their "
+                         "snake neighbour" % (now - start, self.agreement[0], len(self.names),
+                                              self.agreement[1]))
             if tree and t_tree is None:
                 t_tree = now - start
                 if progress:

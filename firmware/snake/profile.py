@@ -94,6 +94,7 @@ class Profile:
                 d = json.load(f)
         except OSError:
             raise ProfileError("cannot read profile " + path)
-        except ValueError:
-            raise ProfileError("profile is not valid JSON: " + path)
+        except ValueError as e:
+            # CPython says where ("Expecting ',' delimiter: line 3 column 1")
+            raise ProfileError("profile is not valid JSON: %s (%s)" % (path, e))
         return Profile(d)

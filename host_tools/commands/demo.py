@@ -2,6 +2,7 @@
 nodes over a mixed BLE/Wi-Fi topology, inspected through their consoles,
 then the Spark pipeline over the collected telemetry and an HTML report."""
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -33,32 +34,131 @@ def say(msg):
     print("[demo %s] %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
 
 
+def phase(n, total, what):
+    say("--- %d/%d %s" % (n, total, what))
+
+
+def _mesh_args(args, mesh_dir):
+    """The `snakemesh mesh` options with their defaults, as its parser makes
+    them (so a new mesh option never breaks the demo)."""
+    from host_tools.commands import mesh as mesh_cmd
+    p = argparse.ArgumentParser()
+    mesh_cmd.register(p.add_subparsers())
+    return p.parse_args(["mesh", "--topology", args.topology, "--out", mesh_dir, "--seed", str(args.seed),
+                         "--duration", str(args.duration), "--pings", str(args.pings),
+                         "--traces", str(args.traces), "--converge-timeout", "120"])
+
+
+def _show(path):
+    """A path as the user can use it from here: relative below the current
+    folder, absolute elsewhere."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def _count_lines(path):
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
 def run(args):
     from host_tools.commands import mesh as mesh_cmd
+    from host_tools.commands.mesh import percent
+    from host_tools.mesh import parse_topology
+    from host_tools import topofiles
     t0 = time.monotonic()
+    args.topology = topofiles.resolve(args.topology)
     mesh_dir = os.path.join(args.out, "mesh")
     analysis = os.path.join(args.out, "analysis")
-    from host_tools import topofiles
-    args.topology = topofiles.resolve(args.topology)
-    say("starting a process mesh from %s" % os.path.relpath(args.topology))
-    margs = argparse.Namespace(topology=args.topology, out=mesh_dir, seed=args.seed, profile="UNIX",
-                               duration=args.duration, pings=args.pings, traces=args.traces,
-                               converge_timeout=120.0, heapsize=None)
-    s = mesh_cmd.run_mesh(margs, progress=say)
-    say("mesh stopped: tree agreed after %.1f s, snake complete after %.1f s, pings %d/%d"
-        % (s["tree_converged_s"], s["snake_converged_s"], s["pings_ok"], s["pings"]))
+    names, edges = parse_topology(args.topology)
+    n_ble = sum(1 for e in edges if e[2] == "ble")
+    phase(1, 4, "process mesh: %d firmware nodes (MicroPython unix port) from %s, %d links (%d Wi-Fi over "
+                "loopback TCP, %d over the emulated BLE radio)"
+          % (len(names), _show(args.topology), len(edges), len(edges) - n_ble, n_ble))
+    s = mesh_cmd.run_mesh(_mesh_args(args, mesh_dir), progress=say)
     tel = os.path.join(mesh_dir, "telemetry.jsonl")
-    say("running the Spark pipeline on %s" % tel)
+    say("mesh stopped: root agreed after %.1f s, snake complete after %.1f s, pings answered %d of %d "
+        "(%s); %d telemetry records in %s"
+        % (s["tree_converged_s"], s["snake_converged_s"], s["pings_ok"], s["pings"],
+           percent(s["pings_ok"], s["pings"]), _count_lines(tel), _show(tel)))
+
+    phase(2, 4, "Spark pipeline (local mode): reading the telemetry, building the tables and figures; "
+                "a minute or two")
     cmd = [sys.executable, "-m", "host_tools.cli", "analyze", tel, "--out", analysis, "--report"]
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
-    r = subprocess.run(cmd, env=env)
+    # its progress lines (stderr) show as they come; its summary (stdout) is
+    # shown below in percentages
+    r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
     if r.returncode != 0:
+        sys.stdout.write(r.stdout)
         raise CliError("the analysis pipeline failed (exit %d)" % r.returncode)
+    summary_path = os.path.join(analysis, "summary.json")
+    try:
+        with open(summary_path) as f:
+            summary = json.load(f)
+    except (OSError, ValueError) as e:
+        raise CliError("the pipeline ran but wrote no readable summary at %s: %s" % (summary_path, e))
+
+    phase(3, 4, "mesh health (from the telemetry)")
+    for line in health_lines(summary):
+        say(line)
+    verdict = [l for l in r.stdout.splitlines()
+               if l.strip() and not l.startswith("report:") and _is_verdict(l)]
+    for line in verdict:
+        say(line)
+
+    phase(4, 4, "report")
     report = os.path.join(analysis, "report", "index.html")
     if not os.path.isfile(report):
         raise CliError("the pipeline ran but wrote no report at %s" % report)
     say("done in %.0f s" % (time.monotonic() - t0))
     print("report: %s" % os.path.abspath(report))
-    print("summary: %s" % os.path.abspath(os.path.join(analysis, "summary.json")))
+    print("summary: %s" % os.path.abspath(summary_path))
     return 0
+
+
+def _is_verdict(line):
+    low = line.lower()
+    return any(w in low for w in ("healthy", "degraded", "broken", "verdict"))
+
+
+def _pct(v):
+    if not isinstance(v, (int, float)):
+        return "n/a"
+    from host_tools.commands.mesh import percent
+    return percent(round(v * 1000), 1000)
+
+
+def _sec(v):
+    return "%.1f s" % v if isinstance(v, (int, float)) else "never"
+
+
+def health_lines(s):
+    """summary.json in words, every ratio as a percentage."""
+    out = ["%s nodes, %s telemetry records (%s rejected)" % (s.get("nodes"), s.get("records"),
+                                                              s.get("rejected_records", 0)),
+           "tree converged after %s, snake after %s; snake neighbours right at the end: %s"
+           % (_sec(s.get("tree_converged_s")), _sec(s.get("snake_converged_s")),
+              _pct(s.get("snake_correct_ratio_final")))]
+    line = "ping delivery %s" % _pct(s.get("ping_delivery_ratio"))
+    if s.get("pings") is not None:
+        line += " of %s pings" % s.get("pings")
+    if isinstance(s.get("rtt_ms_p50"), (int, float)):
+        line += ", rtt median %.1f ms" % s["rtt_ms_p50"]
+        if isinstance(s.get("rtt_ms_p95"), (int, float)):
+            line += ", p95 %.1f ms" % s["rtt_ms_p95"]
+    out.append(line)
+    if isinstance(s.get("stretch_mean"), (int, float)):
+        out.append("path stretch (hops taken / shortest) mean %.2fx, p95 %.2fx"
+                   % (s["stretch_mean"], s.get("stretch_p95") or s["stretch_mean"]))
+    warn = s.get("capacity_warnings")
+    if isinstance(warn, list):
+        out.append("tables that bound the mesh: %s" % ("no table full or refusing" if not warn else
+                   "; ".join("%s %s %s/%s (%s refused)" % (w.get("name") or str(w.get("node"))[:8], w.get("table"),
+                                                           w.get("used"), w.get("capacity"), w.get("refused"))
+                             for w in warn[:5])))
+    return out

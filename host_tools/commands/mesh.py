@@ -29,6 +29,16 @@ def register(sub):
     p.set_defaults(func=run)
 
 
+def percent(part, whole):
+    """part/whole as a percentage for people: 100%, 93.8%, 0%."""
+    if not whole:
+        return "n/a"
+    p = 100.0 * part / whole
+    if part == whole:
+        return "100%"
+    return ("%.1f" % min(p, 99.9)).rstrip("0").rstrip(".") + "%"
+
+
 def say(msg):
     print("[%s] %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
 
@@ -51,13 +61,18 @@ def run_mesh(args, progress=say):
             progress("profiles: %s on %s; others %s" % (
                 ", ".join(sorted(set(m.node_profiles.values()))),
                 " ".join(sorted(m.node_profiles)), args.profile))
+        progress("waiting for every node to agree on the root (the highest key) and for the snake "
+                 "to close (each node linked to the next lower key); up to %g s" % args.converge_timeout)
         t_tree, t_snake = m.wait_converged(timeout=args.converge_timeout, progress=progress)
         summary.update(tree_converged_s=round(t_tree, 1), snake_converged_s=round(t_snake, 1))
+        progress("telemetry on: every node reports state, counters and peers each second")
         m.telemetry(1)
         pairs = [(a, b) for a in m.names for b in m.names if a != b]
         rnd.shuffle(pairs)
         ok = 0
         n_pings = min(args.pings, len(pairs))     # a 2-node mesh has 2 pairs, whatever --pings says
+        if n_pings:
+            progress("pinging %d random pairs (one probe each, sent by the source node)" % n_pings)
         for a, b in pairs[:n_pings]:
             r = m.ping(a, b, count=1)
             good = bool(r.get("received"))
@@ -65,14 +80,21 @@ def run_mesh(args, progress=say):
             rtt = (r.get("rtts_ms") or [None])[0]
             progress("ping %-8s -> %-8s %s" % (a, b, ("%.1f ms" % rtt) if good else "LOST"))
         summary.update(pings=n_pings, pings_ok=ok)
-        for a, b in pairs[n_pings:n_pings + args.traces]:
+        if n_pings:
+            progress("pings answered: %d of %d (%s)" % (ok, n_pings, percent(ok, n_pings)))
+        traces = pairs[n_pings:n_pings + args.traces]
+        if traces:
+            progress("tracing %d more pairs hop by hop" % len(traces))
+        for a, b in traces:
             r = m.trace(a, b)
             hops = r.get("hops") or []
             names = [m.name_of(h.get("key")) for h in hops]
             progress("trace %-8s -> %-8s %s" % (a, b, " > ".join(str(x) for x in names) or "no reply"))
+        progress("recording telemetry for %g s" % args.duration)
         m.drain(args.duration)
         m.telemetry(0)
         summary["pids"] = m.pids()
+        progress("stopping the %d nodes%s" % (len(m.names), " and the BLE medium" if m.medium else ""))
     return summary
 
 
@@ -84,7 +106,7 @@ def run(args):
         s = run_mesh(args)
     finally:
         signal.signal(signal.SIGTERM, old)
-    say("converged: tree %.1f s, snake %.1f s; pings %d/%d; telemetry in %s"
+    say("converged: tree %.1f s, snake %.1f s; pings %d/%d (%s); telemetry in %s"
         % (s["tree_converged_s"], s["snake_converged_s"], s["pings_ok"], s["pings"],
-           os.path.join(args.out, "telemetry.jsonl")))
+           percent(s["pings_ok"], s["pings"]), os.path.join(args.out, "telemetry.jsonl")))
     return 0 if s["pings_ok"] == s["pings"] else 1

@@ -25,7 +25,7 @@ import time
 
 from host_tools import keystore
 from host_tools import names as names_mod
-from host_tools.errors import CliError, DeviceError, UsageError
+from host_tools.errors import CliError, DeviceError, InputError, UsageError
 
 POLL_S = 1.0
 
@@ -61,6 +61,22 @@ def _check_listen(node, listen):
                 if name in why:
                     why = words
     raise DeviceError("cannot listen on %s:%d: %s" % (listen[0], listen[1], why))
+
+
+def _check_profile_file(profile):
+    """A profile given as a file is checked here, where the parser says
+    where it is wrong (MicroPython's only says "syntax error in JSON")."""
+    import json
+    import os
+    if not profile or not os.path.isfile(profile):
+        return
+    try:
+        with open(profile, encoding="utf-8") as f:
+            json.load(f)
+    except ValueError as e:
+        raise InputError("profile %s is not valid JSON: %s" % (profile, e))
+    except OSError as e:
+        raise InputError("cannot read profile %s: %s" % (profile, e.strerror or e))
 
 
 def register(subparsers):
@@ -102,6 +118,7 @@ def run(args):
     if args.console_port is not None and not 0 <= args.console_port <= 65535:
         raise UsageError("--console-port must be within 0..65535")
     names = names_mod.from_args(args.names)
+    _check_profile_file(args.profile)
     mpy_dir = None
     tmp = None
     if args.mpy:

@@ -89,3 +89,15 @@ def test_unknown_topology_lists_the_shipped_ones(tmp_path, capfd):
         assert rc == 5
         assert one_error(err) == ("no such topology: grid5-0049 (not a file, and not one of the shipped "
                                   "topologies: demo-mixed, grid4-0049, line-0050, rtree-0050, sim)")
+
+
+def test_profile_json_errors_say_where(tmp_path, capfd):
+    prof = tmp_path / "p.json"
+    prof.write_text('{"max_peers": 8,\n "max_routes": 4\n')
+    rc, out, err = run(capfd, "node", "--seed", "ab" * 32, "--profile", str(prof), "--no-multicast")
+    assert rc == 5 and "running" not in out
+    assert one_error(err) == ("profile %s is not valid JSON: Expecting ',' delimiter: line 3 column 1 (char 34)"
+                              % prof)
+    rc, _, err = run(capfd, "sim", "--generate", "grid:2x2", "--duration", "1", "--out", str(tmp_path / "o"),
+                     "--profile", str(prof), "-q")
+    assert rc == 5 and "line 3 column 1" in one_error(err)

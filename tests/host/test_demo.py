@@ -16,6 +16,14 @@ def test_demo_runs_end_to_end(tmp_path):
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     for line in ("nodes up", "root agreed", "snake complete", "ping ", "verdict: ", "report: "):
         assert line in r.stdout, (line, r.stdout[-3000:])
+    # it says what it is doing in every phase, ratios as percentages
+    for line in ("--- 1/4 process mesh: 8 firmware nodes", "waiting for every node to agree on the root",
+                 "pinging 8 random pairs", "pings answered: 8 of 8 (100%)", "tracing 3 more pairs",
+                 "recording telemetry for 5 s", "stopping the 8 nodes", "telemetry records in ",
+                 "--- 2/4 Spark pipeline", "--- 3/4 mesh health",
+                 "snake neighbours right at the end: 100%", "ping delivery 100% of 8 pings",
+                 "--- 4/4 report"):
+        assert line in r.stdout, (line, r.stdout[-3000:])
     report = out / "analysis" / "report" / "index.html"
     assert report.is_file() and report.stat().st_size > 1000
     pngs = list((out / "analysis" / "report").glob("*.png"))
