@@ -521,6 +521,7 @@ class Console:
         s = r.snapshot()
         for k in ("root", "root_seq", "parent", "coords", "depth", "desc", "peers", "routes"):
             st[k] = s[k]
+        st["profile"] = self.node.profile.name
         co = self._record("counters")
         f = self.counters_fields()
         for k in f:

@@ -1,27 +1,49 @@
 """`snakemesh analyze`: telemetry JSON lines -> Parquet tables + summary.json.
 
-All per-record work is Spark DataFrame operations. The driver only collects
-small aggregates: counts per input file and reason, the node list, the
-topology records, one row per node (and topology epoch), one row per time
-bucket, and a handful of histogram bins and totals.
+The plan, in Spark jobs (docs/PIPELINE.md, "How it runs"):
+
+1. read + parse + validate every input line once and write it once, as the
+   `telemetry/` Parquet table partitioned by day and kind (rejected lines
+   go aside in the same pass);
+2. one aggregation over that table's small columns: line counts per file,
+   reason and kind, the time range, the node set, the topology records;
+3. `probes/`: each probe with its shortest path and stretch (a broadcast
+   join with the distances the driver computed on the topology);
+4. one job for convergence (the state records shuffled once, by node),
+   probe statistics and per-node activity;
+5. one job for the counters (shuffled once, by node): totals, per node,
+   per time bucket, steady-state control bytes, capacity.
+
+Everything after step 1 reads columnar Parquet, not the JSON text. The
+driver only collects small aggregates: counts per input file and reason,
+the node list, the topology records, one row per node and topology epoch,
+one row per node and counter, per time bucket changes and histogram bins.
 """
 import contextlib
+import glob
+import json
 import os
+import shutil
 import time
 
 from host_tools.errors import CliError, InputError, UsageError
-from host_tools.pipeline import convergence, inputs, metrics, output, topology
+from host_tools.pipeline import convergence, inputs, metrics, output, runinfo, topology
 from host_tools.pipeline.session import get_session, spark_log_path
 
-SUMMARY_VERSION = 1
-PARTITIONED = ("states", "peer_links", "probes", "routes", "counters", "events")
+SUMMARY_VERSION = 2
+PARTITIONED = ("telemetry", "probes")
+REJECTED = "_rejected"
 DEFAULTS = {
     "bucket": 1.0,            # seconds per time-series bucket
     "max_buckets": 5000,      # the bucket grows if a run would need more
     "flap_threshold": 5,      # parent changes at or above this mark a node as flapping
     "silent_after": 30.0,     # a node silent this long before the end of the data is flagged
     "stretch_bin": 0.1,
+    "steady_after": 30.0,     # control traffic is measured from snake convergence + this
 }
+# Tables whose `capacity` entry reaching its capacity is a warning; refusals
+# grow a warning on every table in `capacity`.
+CAPACITY_FULL_TABLES = ("routes", "peers", "depth")
 
 
 class Options(object):
@@ -46,10 +68,6 @@ def _nice_bin(span, bins=40):
         if scale * m >= raw:
             return scale * m
     return scale * 10
-
-
-def _source_path(src):
-    return src[len("file:"):] if src.startswith("file:") else src
 
 
 @contextlib.contextmanager
@@ -78,22 +96,41 @@ def spark_errors():
 SMALL_INPUT = 64 << 20
 
 
-def tune(spark, files, remote, conf):
-    """Runtime SQL settings sized to the input: few shuffle partitions and no
-    whole-stage code generation for small inputs (compiling generated code
-    costs more than it saves there), Spark's defaults-like for big ones.
-    Explicit --conf settings win."""
-    conf = conf or {}
+def input_size(files, remote):
     size = sum(os.path.getsize(f) for f in files)
-    if remote:
-        size = max(size, 1 << 40)
+    return max(size, 1 << 40) if remote else size
+
+
+def tune(spark, size, conf):
+    """Runtime SQL settings sized to the input and the master. Small inputs:
+    2 shuffle partitions, no whole-stage code generation (compiling
+    generated code costs more than it saves there), no adaptive execution
+    (it runs every shuffle stage as a job of its own). Large inputs in local
+    mode: as many shuffle partitions as cores x 2, whole-stage codegen. On a
+    cluster: one shuffle partition per 32 MB of input (8..400) with adaptive
+    execution. Explicit --conf settings win."""
+    conf = conf or {}
     small = size < SMALL_INPUT
+    master = spark.sparkContext.master or ""
+    local = master.startswith("local")
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    if small:
+        parts = 2
+    elif local:
+        parts = max(2, 2 * cores)
+    else:
+        parts = max(8, min(400, size // (32 << 20)))
     settings = {
-        "spark.sql.shuffle.partitions": "2" if small else str(max(8, min(200, size // (32 << 20)))),
+        "spark.sql.shuffle.partitions": str(parts),
         "spark.sql.codegen.wholeStage": "false" if small else "true",
-        # adaptive execution runs every shuffle stage as a job of its own:
-        # pure overhead on small inputs
-        "spark.sql.adaptive.enabled": "false" if small else "true",
+        "spark.sql.adaptive.enabled": "false" if (small or local) else "true",
+        # bad telemetry values become nulls and counted rejects, never a failed job
+        "spark.sql.ansi.enabled": "false",
+        # a task writes each (day, kind) partition through its own open file
+        # instead of sorting its rows by partition first
+        "spark.sql.maxConcurrentOutputFileWriters": "64",
+        # input splits: enough tasks to keep every core busy on a few big files
+        "spark.sql.files.maxPartitionBytes": str((64 << 20) if local else (128 << 20)),
     }
     for k, v in settings.items():
         if k not in conf:
@@ -109,19 +146,26 @@ def analyze(input_paths, out_dir, master=None, topology_file=None, conf=None, sp
         raise UsageError("--bucket must be > 0")
     say = progress or (lambda msg: None)
     t0 = time.time()
-    files, remote = inputs.resolve(list(input_paths))
+    res = inputs.resolve(list(input_paths))
+    for path, why in res.skipped[:20]:
+        say("skipped %s: %s" % (path, why))
+    if len(res.skipped) > 20:
+        say("skipped %d more file(s) that are not telemetry" % (len(res.skipped) - 20))
+    info = runinfo.load(res.side)
+    for note in info.notes:
+        say(note)
     if topology_file:
         topology.read_topology_file(topology_file)  # fail early on a bad file
     out = output.AtomicDir(out_dir)
     try:
         with spark_errors():
+            size = input_size(res.files, res.remote)
             if spark is None:
                 say("starting Spark (%s)" % (master or "local[2]"))
-                small = not remote and sum(os.path.getsize(f) for f in files) < SMALL_INPUT
-                spark = get_session(master, conf, small_input=small)
-            say("reading %d file(s)%s" % (len(files), (" + %d URI(s)" % len(remote)) if remote else ""))
-            tune(spark, files, remote, conf)
-            summary = _run(spark, files + remote, out, topology_file, opts, say)
+                spark = get_session(master, conf, small_input=size < SMALL_INPUT)
+            say("reading %d file(s)%s" % (len(res.files), (" + %d URI(s)" % len(res.remote)) if res.remote else ""))
+            tune(spark, size, conf)
+            summary = _run(spark, res, info, out, topology_file, opts, say)
         summary["wall_time_s"] = round(time.time() - t0, 3)
         summary["master"] = spark.sparkContext.master
         output.write_json(out.path("summary.json"), summary)
@@ -132,11 +176,39 @@ def analyze(input_paths, out_dir, master=None, topology_file=None, conf=None, sp
         raise
 
 
-def _run(spark, paths, out, topology_file, opts, say):
-    from pyspark import StorageLevel
+def collect_sections(sections):
+    """Run several small aggregations as ONE Spark job: each result row
+    becomes (section, JSON text), the sections are unioned and collected
+    together. Shared shuffles are computed once (Spark reuses identical
+    exchanges within a query). Returns {name: [dict, ...]}."""
+    from pyspark.sql import functions as F
+    parts = []
+    for name, df in sections.items():
+        parts.append(df.select(F.lit(name).alias("s"),
+                               F.to_json(F.struct(*[F.col("`%s`" % c) for c in df.columns])).alias("j")))
+    u = parts[0]
+    for p in parts[1:]:
+        u = u.union(p)
+    out = dict((name, []) for name in sections)
+    for r in u.collect():
+        out[r["s"]].append(json.loads(r["j"]))
+    return out
+
+
+def _drop_rejected_partitions(path):
+    for d in glob.glob(os.path.join(path, "*", "kind=" + REJECTED)):
+        shutil.rmtree(d, ignore_errors=True)
+    for d in glob.glob(os.path.join(path, "day=*")):
+        if os.path.isdir(d) and not os.listdir(d):
+            os.rmdir(d)
+
+
+def _run(spark, res, info, out, topology_file, opts, say):
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
     from host_tools.pipeline import ingest
 
+    paths = res.files + res.remote
     timings = {}
     t_stage = [time.time()]
 
@@ -145,213 +217,271 @@ def _run(spark, paths, out, topology_file, opts, say):
         timings[name] = round(now - t_stage[0], 3)
         t_stage[0] = now
 
-    console = [p for p in paths if not inputs.is_uri(p) and inputs.is_console_capture(p)]
-    parsed = ingest.parse(spark, paths, console).persist(StorageLevel.MEMORY_AND_DISK)
-    cached = [parsed]
-    try:
-        # -- 1. counts per file / reason / kind ---------------------------------
-        # one job: counts, time range, node keys, probe sources, topology records
-        ok = F.col("reason").isNull()
-        stats = (parsed.groupBy("source", "reason", "kind")
-                 .agg(F.count("*").alias("n"), F.min("t").alias("t0"), F.max("t").alias("t1"),
-                      F.collect_set(F.when(ok & (F.col("kind") != "topology"), F.col("node"))).alias("nodes"),
-                      F.collect_set(F.when(ok & (F.col("kind") == "probe") & F.col("ok"),
-                                           F.col("src"))).alias("srcs"),
-                      F.collect_list(F.when(ok & (F.col("kind") == "topology"),
-                                            F.struct("t", "edges", "names"))).alias("topo"))
-                 .collect())
-        per_file = {}
-        by_reason = {}
-        ignored = {}
-        by_kind = {}
-        t_start = t_end = None
-        for r in stats:
-            f = per_file.setdefault(r["source"], {"lines": 0, "valid": 0, "reason": None})
-            if r["reason"] is not None and r["reason"].startswith(ingest.IGNORED):
-                key = r["reason"][len(ingest.IGNORED):]
-                ignored[key] = ignored.get(key, 0) + r["n"]
-                continue
-            f["lines"] += r["n"]
-            if r["reason"] is None:
-                f["valid"] += r["n"]
-                by_kind[r["kind"]] = by_kind.get(r["kind"], 0) + r["n"]
-                t_start = r["t0"] if t_start is None else min(t_start, r["t0"])
-                t_end = r["t1"] if t_end is None else max(t_end, r["t1"])
-            else:
-                by_reason[r["reason"]] = by_reason.get(r["reason"], 0) + r["n"]
-                f["reason"] = f["reason"] or r["reason"]
-        for src in sorted(per_file):
-            f = per_file[src]
-            if f["lines"] and not f["valid"]:
-                raise InputError("%s: no valid telemetry records in %d line(s) (e.g. %s): truncated or not telemetry"
-                                 % (_source_path(src), f["lines"], f["reason"]))
-        records = sum(by_kind.values())
-        rejected = sum(by_reason.values())
-        if not records:
-            raise InputError("no telemetry records in the input (files empty%s)"
-                             % (" or console output without telemetry" if ignored else ""))
-        lap("read_validate")
-        say("%d records, %d rejected, %.1f s of telemetry" % (records, rejected, t_end - t_start))
+    # -- 1. one pass over the input: parse, validate, write --------------------------
+    parsed = ingest.parse(spark, paths, res.console)
+    obs = Observation("ignored")
+    ign = F.col("reason")
+    parsed = parsed.observe(obs, *[F.sum(F.when(ign == ingest.IGNORED + k, 1).otherwise(0)).alias(k)
+                                   for k in ingest.IGNORED_KINDS])
+    parsed = parsed.filter(ign.isNull() | ~ign.startswith(ingest.IGNORED))
+    tele = out.path("telemetry")
+    ok = F.col("reason").isNull()
+    cols = [c for c in parsed.columns if c not in ("kind",)]
+    (parsed.select(*cols, metrics.day_col().alias("day"),
+                   F.when(ok, F.col("kind")).otherwise(F.lit(REJECTED)).alias("kind"))
+     .write.mode("overwrite").partitionBy("day", "kind").parquet(tele))
+    ignored = dict((k, int(v or 0)) for k, v in (obs.get or {}).items() if v)
+    lap("read_write")
 
-        valid = parsed.filter(F.col("reason").isNull())
-
-        # -- 2. node set, probe sources, topology -------------------------------
-        record_nodes, probe_sources, topo_rows = set(), set(), []
-        for r in stats:
-            if r["reason"] is None:
-                record_nodes.update(r["nodes"])
-                probe_sources.update(r["srcs"])
-                topo_rows.extend(r["topo"])
-        epochs, names = topology.epochs_from_records(
-            [(r["t"], r["edges"], r["names"]) for r in topo_rows])
-        topo_nodes = set()
-        if topology_file:
-            ep, topo_nodes = topology.epoch_from_file(topology_file, names)
-            if not (topo_nodes & record_nodes):
-                raise InputError("%s: none of its %d node names matches a node in the telemetry%s"
-                                 % (topology_file, len(topo_nodes),
-                                    "" if names else " (no `topology` record names to map them)"))
-            epochs = [ep]
-            topo_source = "file"
-        elif epochs:
-            topo_source = "telemetry"
+    # -- 2. counts per file / reason / kind, time range, nodes, topology ----------------
+    T = spark.read.parquet(tele)
+    okv = ok & (F.col("kind") != REJECTED)
+    stats = (T.groupBy("source", "reason", "kind")
+             .agg(F.count("*").alias("n"), F.min("t").alias("t0"), F.max("t").alias("t1"),
+                  F.collect_set(F.when(okv & (F.col("kind") != "topology"), F.col("node"))).alias("nodes"),
+                  F.collect_set(F.when(okv & (F.col("kind") == "probe"), F.col("src"))).alias("srcs"),
+                  F.collect_list(F.when(okv & (F.col("kind") == "topology"),
+                                        F.struct("t", "edges", "names"))).alias("topo"))
+             .collect())
+    per_file = {}
+    by_reason = {}
+    by_kind = {}
+    t_start = t_end = None
+    for r in stats:
+        src = inputs.source_path(r["source"])
+        f = per_file.setdefault(src, {"lines": 0, "valid": 0, "reason": None})
+        f["lines"] += r["n"]
+        if r["reason"] is None:
+            f["valid"] += r["n"]
+            by_kind[r["kind"]] = by_kind.get(r["kind"], 0) + r["n"]
+            t_start = r["t0"] if t_start is None else min(t_start, r["t0"])
+            t_end = r["t1"] if t_end is None else max(t_end, r["t1"])
         else:
-            pairs = (valid.filter(F.col("kind") == "peers")
+            by_reason[r["reason"]] = by_reason.get(r["reason"], 0) + r["n"]
+            f["reason"] = f["reason"] or r["reason"]
+    for src in sorted(per_file):
+        f = per_file[src]
+        if f["lines"] and not f["valid"]:
+            raise InputError("%s: no valid telemetry records in %d line(s) (e.g. %s): truncated or not telemetry"
+                             % (src, f["lines"], f["reason"]))
+    records = sum(by_kind.values())
+    rejected = sum(by_reason.values())
+    if not records:
+        raise InputError("no telemetry records in the input (files empty%s)"
+                         % (" or console output without telemetry" if ignored else ""))
+    if rejected:
+        (T.where(F.col("kind") == REJECTED)
+         .select("source", "reason", F.col("raw").alias("line"))
+         .coalesce(1).write.mode("overwrite").json(out.path("rejects")))
+        _drop_rejected_partitions(tele)
+        T = spark.read.parquet(tele)
+    else:
+        os.makedirs(out.path("rejects"))
+    valid = T.where(F.col("kind") != REJECTED)
+    lap("stats")
+    say("%d records, %d rejected, %.1f s of telemetry" % (records, rejected, t_end - t_start))
+
+    # -- 3. node set, topology, probes table ------------------------------------------
+    record_nodes, probe_sources, topo_rows = set(), set(), []
+    for r in stats:
+        if r["reason"] is None:
+            record_nodes.update(r["nodes"])
+            probe_sources.update(r["srcs"])
+            topo_rows.extend(r["topo"])
+    epochs, names = topology.epochs_from_records(
+        [(r["t"], r["edges"], r["names"]) for r in topo_rows])
+    for k, v in info.names.items():
+        names.setdefault(k, v)
+    topo_nodes = set()
+    if topology_file:
+        ep, topo_nodes = topology.epoch_from_file(topology_file, names)
+        if not (topo_nodes & record_nodes):
+            raise InputError("%s: none of its %d node names matches a node in the telemetry%s"
+                             % (topology_file, len(topo_nodes),
+                                "" if names else " (no `topology` record names to map them)"))
+        epochs = [ep]
+        topo_source = "file"
+    elif epochs:
+        topo_source = "telemetry"
+    else:
+        side = None
+        if info.topology:
+            try:
+                side, side_nodes = topology.epoch_from_file(info.topology, names)
+                if not (side_nodes & record_nodes):
+                    side = None
+            except InputError as e:
+                say("%s: not used (%s)" % (info.topology, e.message))
+                side = None
+        if side is not None:
+            epochs = [side]
+            topo_nodes = side_nodes
+            topo_source = "file beside the telemetry"
+        else:
+            pairs = (valid.where(F.col("kind") == "peers")
                      .select("node", F.explode("peer_list").alias("p"))
-                     .select("node", F.lower(F.col("p.key")).alias("peer"))
+                     .select("node", F.lower(F.col("p.key")).alias("peer"), F.col("p.link").alias("link"))
                      .filter(F.col("peer").isNotNull()).distinct().collect())
             if pairs:
-                epochs = [topology.epoch_from_peer_links([(r["node"], r["peer"]) for r in pairs])]
+                epochs = [topology.epoch_from_peer_links([(r["node"], r["peer"], r["link"]) for r in pairs])]
                 topo_source = "peers"
             else:
                 epochs = [topology.Epoch(0, None, set())]
                 topo_source = "none"
-        for ep in epochs:
-            for a, b in ep.edges:
-                topo_nodes.add(a)
-                topo_nodes.add(b)
-        nodes = sorted(record_nodes | topo_nodes)
-        comps = []
-        expected_rows = []
-        for ep in epochs:
-            if topo_source == "none":
-                comp = dict((n, nodes[0]) for n in nodes)
-            else:
-                comp = topology.components(nodes, ep.edges)
-            comps.append(comp)
-            exp = topology.expected_desc(comp)
-            for n in nodes:
-                expected_rows.append((ep.index, n, comp[n], exp[n]))
-        boundaries = [ep.start for ep in epochs[1:]]
-        expected_df = spark.createDataFrame(
-            expected_rows, "epoch int, node string, comp string, expected_desc string")
-        dist_df = None
-        if topo_source != "none":
-            dist_rows = {"epoch": [], "src": [], "dst": [], "shortest": []}
-            for ep in epochs:
-                adj = topology.adjacency(nodes, ep.edges)
-                for s in sorted(probe_sources):
-                    if s not in adj:
-                        continue
-                    for d, k in topology.bfs_lengths(adj, s).items():
-                        if k > 0:
-                            dist_rows["epoch"].append(ep.index)
-                            dist_rows["src"].append(s)
-                            dist_rows["dst"].append(d)
-                            dist_rows["shortest"].append(k)
-            if dist_rows["src"]:
-                import warnings
-                import pandas as pd
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", FutureWarning)  # pyspark vs pandas 3 notice
-                    dist_df = spark.createDataFrame(pd.DataFrame(dist_rows),
-                                                    "epoch int, src string, dst string, shortest int")
-        lap("topology")
-        say("%d nodes, topology from %s (%d epoch%s)"
-            % (len(nodes), topo_source, len(epochs), "" if len(epochs) == 1 else "s"))
-
-        # -- 3. Parquet tables ---------------------------------------------------
-        epoch = convergence.epoch_col(boundaries)
-        rm = metrics.run_minute(t_start)
-        tables = {}
-        tables["states"] = (valid.filter(F.col("kind") == "state")
-                            .select("node", "t", rm, "root", "root_seq", "parent", "coords", "depth",
-                                    "desc", F.col("peers_n").alias("peers"), "routes",
-                                    epoch.alias("epoch")))
-        tables["peer_links"] = (valid.filter(F.col("kind") == "peers")
-                                .select("node", "t", rm, F.explode("peer_list").alias("p"))
-                                .select("node", "t", "run_minute", F.col("p.port").alias("port"),
-                                        F.lower(F.col("p.key")).alias("peer"), F.col("p.link").alias("link"),
-                                        F.lower(F.col("p.root")).alias("peer_root"),
-                                        F.col("p.root_seq").alias("peer_root_seq")))
-        pr = metrics.probes(valid, epoch, dist_df, t_start).persist(StorageLevel.MEMORY_AND_DISK)
-        cached.append(pr)
-        tables["probes"] = pr.drop("seq")
-        tables["routes"] = (pr.filter(F.col("path").isNotNull())
-                            .select("t", "run_minute", F.col("id").alias("probe_id"), "probe", "src", "dst",
-                                    F.posexplode("path").alias("hop", "hop_node")))
-        cl = metrics.counters_long(valid, t_start).persist(StorageLevel.MEMORY_AND_DISK)
-        cached.append(cl)
-        tables["counters"] = cl.drop("seq")
-        tables["events"] = (valid.filter(F.col("kind") == "event")
-                            .select("node", "t", rm, "event", "detail"))
-        for name in PARTITIONED:
-            say("writing %s" % name)
-            tables[name].write.mode("overwrite").partitionBy("run_minute").parquet(out.path(name))
-        if rejected:
-            (parsed.filter(F.col("reason").isNotNull() & ~F.col("reason").startswith(ingest.IGNORED))
-             .select(F.col("source"), "reason", F.col("raw").alias("line"))
-             .write.mode("overwrite").json(out.path("rejects")))
+    for ep in epochs:
+        for a, b in ep.edges:
+            topo_nodes.add(a)
+            topo_nodes.add(b)
+    nodes = sorted(record_nodes | topo_nodes)
+    comps = []
+    expected_rows = []
+    for ep in epochs:
+        if topo_source == "none":
+            comp = dict((n, nodes[0]) for n in nodes)
         else:
-            os.makedirs(out.path("rejects"))
-        lap("write_tables")
+            comp = topology.components(nodes, ep.edges)
+        comps.append(comp)
+        exp = topology.expected_desc(comp)
+        for n in nodes:
+            expected_rows.append((ep.index, n, comp[n], exp[n]))
+    boundaries = [ep.start for ep in epochs[1:]]
+    expected_df = spark.createDataFrame(
+        expected_rows, "epoch int, node string, comp string, expected_desc string")
+    dist_df = None
+    if topo_source != "none":
+        dist_rows = {"epoch": [], "src": [], "dst": [], "shortest": []}
+        for ep in epochs:
+            adj = topology.adjacency(nodes, ep.edges)
+            for s in sorted(probe_sources):
+                if s not in adj:
+                    continue
+                for d, k in topology.bfs_lengths(adj, s).items():
+                    if k > 0:
+                        dist_rows["epoch"].append(ep.index)
+                        dist_rows["src"].append(s)
+                        dist_rows["dst"].append(d)
+                        dist_rows["shortest"].append(k)
+        if dist_rows["src"]:
+            import warnings
+            import pandas as pd
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # pyspark vs pandas 3 notice
+                dist_df = spark.createDataFrame(pd.DataFrame(dist_rows),
+                                                "epoch int, src string, dst string, shortest int")
+    say("%d nodes, topology from %s (%d epoch%s)"
+        % (len(nodes), topo_source, len(epochs), "" if len(epochs) == 1 else "s"))
+    epoch = convergence.epoch_col(boundaries)
+    (metrics.probes(valid.where(F.col("kind") == "probe"), epoch, dist_df)
+     .write.mode("overwrite").partitionBy("day").parquet(out.path("probes")))
+    pr = spark.read.parquet(out.path("probes"))
+    lap("topology_probes")
 
-        # -- 4. convergence --------------------------------------------------------
-        say("computing convergence")
-        S = convergence.state_stream(spark, valid, boundaries, expected_df).persist(StorageLevel.MEMORY_AND_DISK)
-        cached.append(S)
-        node_rows = [r.asDict(recursive=True) for r in convergence.node_level(S).collect()]
-        run, per_epoch, per_node, down = convergence.rollup(node_rows, nodes, epochs, comps, t_start, t_end,
-                                                            has_topology=topo_source != "none")
-        bucket = float(opts.bucket)
+    # -- 4. convergence, probe figures, activity: one job -------------------------------
+    say("computing convergence and probe figures")
+    bucket = float(opts.bucket)
+    nb = int((t_end - t_start) // bucket) + 1
+    if nb > opts.max_buckets:
+        bucket = (t_end - t_start) / float(opts.max_buckets - 1)
         nb = int((t_end - t_start) // bucket) + 1
-        if nb > opts.max_buckets:
-            bucket = (t_end - t_start) / float(opts.max_buckets - 1)
-            nb = int((t_end - t_start) // bucket) + 1
-        nodes_df = spark.createDataFrame([(n,) for n in nodes], "node string")
-        n_nodes = len(nodes)
-        conv_rows = []
-        for r in sorted(convergence.bucket_series(spark, S, nodes_df, t_start, bucket, nb).collect(),
-                        key=lambda r: r["bucket"]):
-            conv_rows.append({
-                "bucket": r["bucket"], "t_s": (r["bucket"] + 1) * bucket, "t": t_start + (r["bucket"] + 1) * bucket,
-                "reported": r["reported"], "tree_agree_ratio": r["max_agree"] / float(n_nodes),
-                "tree_agreed": r["max_agree"] == n_nodes, "snake_correct": r["correct"],
-                "snake_correct_ratio": r["correct"] / float(n_nodes),
-                "snake_all_correct": r["correct"] == n_nodes,
-            })
-        lap("convergence")
+    S = convergence.state_stream(valid.where(F.col("kind") == "state"), boundaries, expected_df)
+    got = collect_sections({
+        "node_epochs": convergence.node_epochs(S),
+        "deltas": convergence.bucket_deltas(S, t_start, bucket),
+        "probe_stats": metrics.probe_stats(pr),
+        "stretch_hist": metrics.stretch_histogram(pr, opts.stretch_bin),
+        "probe_series": metrics.probe_series(pr, t_start, bucket),
+        "activity": metrics.node_activity(valid.where(F.col("kind") != "topology")),
+    })
+    by_scope = convergence.scopes(got["node_epochs"], epochs, t_start)
+    run, per_epoch, per_node, down = convergence.rollup(by_scope, nodes, epochs, comps, t_start, t_end,
+                                                        has_topology=topo_source != "none")
+    n_nodes = len(nodes)
+    conv_rows = []
+    for r in convergence.series_from_deltas(got["deltas"], nb):
+        conv_rows.append({
+            "bucket": r["bucket"], "t_s": (r["bucket"] + 1) * bucket, "t": t_start + (r["bucket"] + 1) * bucket,
+            "reported": r["reported"], "tree_agree_ratio": r["max_agree"] / float(n_nodes),
+            "tree_agreed": r["max_agree"] == n_nodes, "snake_correct": r["correct"],
+            "snake_correct_ratio": r["correct"] / float(n_nodes),
+            "snake_all_correct": r["correct"] == n_nodes,
+        })
+    ps = got["probe_stats"][0] if got["probe_stats"] else {}
+    act = dict((r["node"], r) for r in got["activity"])
+    lap("convergence_probes")
 
-        # -- 5. probes, counters, activity -----------------------------------------
-        say("computing probe and counter figures")
-        ps = metrics.probe_stats(pr).collect()[0].asDict()
-        rtt_bin = _nice_bin(ps["rtt_ms_max"])
-        hist = [r.asDict() for r in metrics.histograms(pr, opts.stretch_bin, rtt_bin).collect()]
-        ser = [r.asDict() for r in metrics.series(pr, cl, t_start, bucket).collect()]
-        for r in ser:
-            r["t_s"] = (r["bucket"] + 1) * bucket
-        totals = [r.asDict() for r in metrics.counter_totals(cl).collect()]
-        act = dict((r["node"], r.asDict())
-                   for r in metrics.node_activity(valid.filter(F.col("kind") != "topology")).collect())
-        lap("probes_counters")
-    finally:
-        for df in cached:
-            try:
-                df.unpersist()
-            except Exception:
-                pass
+    # -- 5. counters: one job ---------------------------------------------------------------
+    say("computing counter figures")
+    window = _steady_window(run, by_scope, nodes, down, t_start, t_end, opts)
+    rtt_bin = _nice_bin(ps.get("rtt_ms_max"))
+    cl = metrics.counters_long(valid.where(F.col("kind") == "counters"), t_start, bucket)
+    rtt_hist = (pr.filter((F.col("probe") == "ping") & F.col("ok") & F.col("rtt_ms").isNotNull())
+                .groupBy((F.floor(F.col("rtt_ms") / rtt_bin) * rtt_bin).alias("bin_start")).count())
+    got2 = collect_sections({
+        "per_node": metrics.counters_per_node(cl),
+        "series": metrics.counters_series(cl),
+        "steady": metrics.steady_bytes(cl, t_start + window["start_s"]) if window["start_s"] is not None
+        else metrics.steady_bytes(cl, t_start).limit(0),
+        "rtt_hist": rtt_hist,
+    })
+    lap("counters")
 
-    # -- 6. driver-side assembly of small tables ------------------------------------
+    return _assemble(spark, out, opts, locals_for_assembly(locals()))
+
+
+def locals_for_assembly(d):
+    keep = ("records", "rejected", "by_reason", "by_kind", "per_file", "res", "ignored", "t_start", "t_end",
+            "bucket", "topo_source", "epochs", "per_epoch", "run", "per_node", "down", "nodes", "names",
+            "comps", "conv_rows", "ps", "act", "got", "got2", "window", "rtt_bin", "by_scope", "info",
+            "timings")
+    return dict((k, d[k]) for k in keep)
+
+
+def _steady_window(run, by_scope, nodes, down, t_start, t_end, opts):
+    """The steady-state window for control traffic: from snake convergence +
+    steady_after to the end of the data. If every node's descending key was
+    right from its first report (the capture started on a converged mesh),
+    from the start of the data. If the snake never converged, the second
+    half of the data."""
+    whole = by_scope.get(-1, {})
+    alive = [n for n in nodes if n not in down[-1]]
+    if run["snake_converged_at"] is not None:
+        always = all(whole.get(n) and whole[n]["snake_since"] is not None
+                     and whole[n]["snake_since"] <= whole[n]["first_t"] for n in alive)
+        if always:
+            start, basis = t_start, "converged_from_start"
+        else:
+            start, basis = run["snake_converged_at"] + opts.steady_after, "snake_converged+%gs" % opts.steady_after
+    else:
+        start, basis = t_start + (t_end - t_start) / 2.0, "not_converged:second_half"
+    if start >= t_end:
+        return {"start_s": None, "end_s": t_end - t_start, "basis": basis + ":no_data_after"}
+    return {"start_s": start - t_start, "end_s": t_end - t_start, "basis": basis}
+
+
+def _assemble(spark, out, opts, v):
+    """Driver-side assembly of the small tables and summary.json."""
+    nodes, names, run, per_node, down = v["nodes"], v["names"], v["run"], v["per_node"], v["down"]
+    t_start, t_end, bucket = v["t_start"], v["t_end"], v["bucket"]
+    epochs, comps, ps, act = v["epochs"], v["comps"], v["ps"], v["act"]
+    got, got2 = v["got"], v["got2"]
+    res, info = v["res"], v["info"]
+
+    # counters: per node -> totals
+    cn = {}
+    totals = {}
+    for r in got2["per_node"]:
+        cn.setdefault(r["node"], {}).setdefault(r["metric"], {})[r["key"]] = r
+        t = totals.setdefault((r["metric"], r["key"]), {
+            "metric": r["metric"], "key": r["key"], "total": None, "max": None, "min": None,
+            "capacity": None, "max_ratio": None, "nodes": 0})
+        t["nodes"] += 1
+        for k, fn in (("total", lambda a, b: a + b), ("max", max), ("min", min), ("capacity", max),
+                      ("max_ratio", max)):
+            src = r.get(k)
+            if src is not None:
+                t[k] = src if t[k] is None else fn(t[k], src)
+    totals = [totals[k] for k in sorted(totals)]
+
     def tot(metric, key=None):
         return sum((r["total"] or 0) for r in totals
                    if r["metric"] == metric and (key is None or r["key"] == key))
@@ -362,21 +492,75 @@ def _run(spark, paths, out, topology_file, opts, say):
     for r in totals:
         if r["metric"] == "occupancy":
             occ[r["key"]] = {"max": r["max"], "capacity": r["capacity"], "max_ratio": r["max_ratio"]}
-    ratios = [v["max_ratio"] for v in occ.values() if v["max_ratio"] is not None]
+    ratios = [x["max_ratio"] for x in occ.values() if x["max_ratio"] is not None]
     mem = [r["min"] for r in totals if r["metric"] == "mem_free" and r["min"] is not None]
 
+    # control traffic in the steady-state window
+    window = v["window"]
+    steady = {}
+    for r in got2["steady"]:
+        steady.setdefault(r["node"], []).append(r)
+    rates = {}
+    by_type_rates = {}
+    for n, rows in steady.items():
+        span = rows[0]["t_b"] - rows[0]["t_a"]
+        if span <= 0:
+            continue
+        ctl = [x for x in rows if x["key"] not in metrics.CONTROL_EXCLUDE]
+        rates[n] = sum(x["bytes"] for x in ctl) / span
+        for x in ctl:
+            by_type_rates.setdefault(x["key"], {})[n] = x["bytes"] / span
+    control_mean = (sum(rates.values()) / len(rates)) if rates else None
+    busiest = None
+    if rates:
+        b = max(sorted(rates), key=lambda n: rates[n])
+        busiest = {"node": b, "name": names.get(b), "bytes_per_s": rates[b]}
+    control_by_type = dict((k, sum(d.get(n, 0.0) for n in rates) / len(rates))
+                           for k, d in sorted(by_type_rates.items())) if rates else {}
+
+    # capacity warnings (contract 2): refused grew, or routes/peers/depth reached capacity
+    warnings_ = []
+    for n in nodes:
+        cap = cn.get(n, {}).get("capacity", {})
+        ref = cn.get(n, {}).get(metrics.REFUSED, {})
+        for table in sorted(set(cap) | set(ref)):
+            c = cap.get(table, {})
+            refused = (ref.get(table) or {}).get("total") or 0
+            used, capacity = c.get("max"), c.get("capacity")
+            full = (table in CAPACITY_FULL_TABLES and used is not None and capacity is not None
+                    and capacity > 0 and used >= capacity)
+            if refused > 0 or full:
+                warnings_.append({"node": n, "name": names.get(n), "table": table, "used": used,
+                                  "capacity": capacity, "refused": refused})
+
+    # -- per-node tables -------------------------------------------------------------------
     rank = dict((n, i + 1) for i, n in enumerate(nodes))
-    epoch_rows = {}
-    for r in node_rows:
-        if r["scope"] >= 0:
-            epoch_rows.setdefault(r["node"], []).append(r)
+    by_scope = v["by_scope"]
     last_comp = comps[-1]
+    # root agreement at the end: the most common final root among the live
+    # nodes of each component of the last epoch
+    comp_major = {}
+    groups = {}
+    for n in nodes:
+        r = per_node.get(n)
+        if r and n not in down[-1]:
+            groups.setdefault(last_comp.get(n, n), []).append(r["final"]["value"])
+    for c, vals in groups.items():
+        cnt = {}
+        for x in vals:
+            cnt[x] = cnt.get(x, 0) + 1
+        comp_major[c] = max(sorted(cnt), key=lambda x: cnt[x])
     node_table = []
+    node_json = []
     anomalies = []
+    wmap = {}
+    for w in warnings_:
+        wmap.setdefault(w["node"], []).append(w["table"])
     for n in nodes:
         r = per_node.get(n)
         a = act.get(n, {})
         fin = r["final"] if r else {}
+        epoch_rows = [by_scope[e][n] for e in by_scope if e >= 0 and n in by_scope[e]]
         row = {
             "node": n, "name": names.get(n), "rank": rank[n], "component": last_comp.get(n),
             "records": a.get("records", 0), "state_records": a.get("state_records", 0),
@@ -387,8 +571,8 @@ def _run(spark, paths, out, topology_file, opts, say):
             "tree_since_s": (r["tree_since"] - t_start) if r and r["tree_since"] is not None else None,
             "snake_since_s": (r["snake_since"] - t_start) if r and r["snake_since"] is not None else None,
             "parent_changes": r["parent_changes"] if r else 0,
-            "parent_changes_epoch_max": max([x["parent_changes"] for x in epoch_rows.get(n, [])] or [0]),
-            "root_changes_epoch_max": max([x["root_changes"] for x in epoch_rows.get(n, [])] or [0]),
+            "parent_changes_epoch_max": max([x["parent_changes"] for x in epoch_rows] or [0]),
+            "root_changes_epoch_max": max([x["root_changes"] for x in epoch_rows] or [0]),
             "root_changes": r["root_changes"] if r else 0,
             "desc_changes": r["desc_changes"] if r else 0,
             "sanity_fail": a.get("sanity_fail", 0),
@@ -422,21 +606,28 @@ def _run(spark, paths, out, topology_file, opts, say):
         for kind, value, detail in found:
             anomalies.append({"node": n, "name": names.get(n), "anomaly": kind, "value": float(value),
                               "detail": detail})
+        node_json.append(_node_json(n, row, fin, a, cn.get(n, {}), rates.get(n), wmap.get(n, []),
+                                    comp_major.get(last_comp.get(n, n)), found, t_start, t_end, names))
     # tree disagreement at the end: nodes not on the majority root
     if run["tree_converged_s"] is None:
         counts = {}
         alive = [n for n in nodes if per_node.get(n) and n not in down[-1]]
         for n in alive:
-            v = per_node[n]["final"]["value"]
-            counts[v] = counts.get(v, 0) + 1
+            x = per_node[n]["final"]["value"]
+            counts[x] = counts.get(x, 0) + 1
         if counts:
-            major = max(sorted(counts), key=lambda v: counts[v])
+            major = max(sorted(counts), key=lambda x: counts[x])
             for n in alive:
                 if per_node[n]["final"]["value"] != major:
                     anomalies.append({"node": n, "name": names.get(n), "anomaly": "tree_not_converged",
                                       "value": 0.0, "detail": "final root %s, most nodes on %s"
                                       % (per_node[n]["final"]["value"][:12], major[:12])})
     anomalies.sort(key=lambda x: (x["anomaly"], x["node"]))
+    an_by_node = {}
+    for x in anomalies:
+        an_by_node.setdefault(x["node"], []).append(x["anomaly"])
+    for j in node_json:
+        j["anomalies"] = sorted(set(an_by_node.get(j["node"], [])))
 
     topo_rows_out = []
     for ep in epochs:
@@ -444,6 +635,37 @@ def _run(spark, paths, out, topology_file, opts, say):
             topo_rows_out.append({"epoch": ep.index, "start_s": 0.0 if ep.start is None else ep.start - t_start,
                                   "a": a, "b": b, "a_name": names.get(a), "b_name": names.get(b),
                                   "link": ep.links.get((a, b))})
+
+    # histograms and series
+    hist = []
+    for r in got["stretch_hist"]:
+        hist.append({"metric": "stretch", "bin_start": r["bin_start"], "bin_width": float(opts.stretch_bin),
+                     "count": r["count"]})
+    for r in got2["rtt_hist"]:
+        hist.append({"metric": "rtt_ms", "bin_start": r["bin_start"], "bin_width": float(v["rtt_bin"]),
+                     "count": r["count"]})
+    hist.sort(key=lambda r: (r["metric"], r["bin_start"]))
+    ser = []
+    for r in got["probe_series"]:
+        for k in ("pings", "pings_ok", "rtt_ms_mean"):
+            ser.append({"series": k, "key": "", "bucket": r["bucket"], "value": r.get(k)})
+    n_nodes = float(len(nodes))
+    for r in got2["series"]:
+        m = r["metric"]
+        if m in ("drops", "evictions"):
+            ser.append({"series": m, "key": r["key"], "bucket": r["bucket"], "value": float(r.get("inc") or 0)})
+        elif m == "tx_bytes":
+            ser.append({"series": "bytes_per_node_s", "key": r["key"], "bucket": r["bucket"],
+                        "value": float(r.get("inc") or 0) / bucket / n_nodes})
+        elif m == "occupancy":
+            ser.append({"series": "occupancy_max_ratio", "key": r["key"], "bucket": r["bucket"],
+                        "value": r.get("max_ratio")})
+        elif m == "capacity":
+            ser.append({"series": "capacity_max_ratio", "key": r["key"], "bucket": r["bucket"],
+                        "value": r.get("max_ratio")})
+    for r in ser:
+        r["t_s"] = (r["bucket"] + 1) * bucket
+    ser.sort(key=lambda r: (r["series"], r["key"], r["bucket"]))
 
     w = out.path
     output.write_table(w("nodes.parquet"), node_table, [
@@ -454,11 +676,12 @@ def _run(spark, paths, out, topology_file, opts, say):
         ("snake_since_s", "float"), ("parent_changes", "int"), ("parent_changes_epoch_max", "int"),
         ("root_changes", "int"), ("root_changes_epoch_max", "int"),
         ("desc_changes", "int"), ("sanity_fail", "int"), ("down_at_end", "bool"), ("anomalies", "str")])
-    output.write_table(w("convergence.parquet"), conv_rows, [
+    output.write_json(w("nodes.json"), {"version": 1, "t_start": t_start, "t_end": t_end, "nodes": node_json})
+    output.write_table(w("convergence.parquet"), v["conv_rows"], [
         ("bucket", "int"), ("t_s", "float"), ("t", "float"), ("reported", "int"),
         ("tree_agree_ratio", "float"), ("tree_agreed", "bool"), ("snake_correct", "int"),
         ("snake_correct_ratio", "float"), ("snake_all_correct", "bool")])
-    output.write_table(w("epochs.parquet"), per_epoch, [
+    output.write_table(w("epochs.parquet"), v["per_epoch"], [
         ("epoch", "int"), ("start_s", "float"), ("end_s", "float"), ("components", "int"),
         ("links", "int"), ("nodes_down", "int"), ("tree_converged_s", "float"),
         ("snake_converged_s", "float")])
@@ -478,41 +701,43 @@ def _run(spark, paths, out, topology_file, opts, say):
     an_counts = {}
     for x in anomalies:
         an_counts[x["anomaly"]] = an_counts.get(x["anomaly"], 0) + 1
-    pings = ps["pings"] or 0
+    pings = ps.get("pings") or 0
     summary = {
         "summary_version": SUMMARY_VERSION,
         "complete": True,
         "nodes": len(nodes),
-        "records": records,
-        "rejected_records": rejected,
-        "rejected_by_reason": by_reason,
-        "records_by_kind": by_kind,
-        "input_files": len(per_file),
-        "console_files": len(console),
-        "ignored_console_lines": ignored,
+        "records": v["records"],
+        "rejected_records": v["rejected"],
+        "rejected_by_reason": v["by_reason"],
+        "records_by_kind": v["by_kind"],
+        "input_files": len(v["per_file"]),
+        "console_files": len(res.console),
+        "ignored_console_lines": v["ignored"],
+        "skipped_files": [{"path": p, "why": why} for p, why in res.skipped[:100]],
         "t_start": t_start,
         "t_end": t_end,
         "duration_s": t_end - t_start,
+        "days": _days(t_start, t_end),
         "bucket_s": bucket,
-        "topology_source": topo_source,
+        "topology_source": v["topo_source"],
         "topology_links": len(epochs[-1].edges),
-        "epochs": per_epoch,
+        "epochs": v["per_epoch"],
         "tree_converged_s": run["tree_converged_s"],
         "snake_converged_s": run["snake_converged_s"],
         "snake_correct_final": run["snake_correct_final"],
         "snake_correct_ratio_final": run["snake_correct_ratio_final"],
         "nodes_down_at_end": run["nodes_down_at_end"],
         "pings": pings,
-        "pings_ok": ps["pings_ok"] or 0,
+        "pings_ok": ps.get("pings_ok") or 0,
         "ping_delivery_ratio": (float(ps["pings_ok"]) / pings) if pings else None,
-        "traces": ps["traces"] or 0,
-        "traces_ok": ps["traces_ok"] or 0,
-        "rtt_ms_mean": ps["rtt_ms_mean"], "rtt_ms_p50": ps["rtt_ms_p50"],
-        "rtt_ms_p95": ps["rtt_ms_p95"], "rtt_ms_max": ps["rtt_ms_max"],
-        "stretch_probes": ps["stretch_probes"] or 0,
-        "stretch_unknown": ps["stretch_unknown"] or 0,
-        "stretch_mean": ps["stretch_mean"], "stretch_p50": ps["stretch_p50"],
-        "stretch_p95": ps["stretch_p95"], "stretch_max": ps["stretch_max"],
+        "traces": ps.get("traces") or 0,
+        "traces_ok": ps.get("traces_ok") or 0,
+        "rtt_ms_mean": ps.get("rtt_ms_mean"), "rtt_ms_p50": ps.get("rtt_ms_p50"),
+        "rtt_ms_p95": ps.get("rtt_ms_p95"), "rtt_ms_max": ps.get("rtt_ms_max"),
+        "stretch_probes": ps.get("stretch_probes") or 0,
+        "stretch_unknown": ps.get("stretch_unknown") or 0,
+        "stretch_mean": ps.get("stretch_mean"), "stretch_p50": ps.get("stretch_p50"),
+        "stretch_p95": ps.get("stretch_p95"), "stretch_max": ps.get("stretch_max"),
         "drops_by_reason": drops,
         "drops_total": sum(drops.values()),
         "verify_done": tot("verify_done"),
@@ -523,14 +748,108 @@ def _run(spark, paths, out, topology_file, opts, say):
         "evictions_by_table": evictions,
         "evictions": sum(evictions.values()),
         "mem_free_min": min(mem) if mem else None,
+        "control_bytes_per_node_s": control_mean,
+        "control_bytes_busiest": busiest,
+        "control_bytes_by_type": control_by_type,
+        "control_bytes_window": dict(window, nodes=len(rates)),
+        "capacity_warnings": warnings_,
         "anomalies": len(anomalies),
         "anomalies_by_kind": an_counts,
-        "tables": list(PARTITIONED) + ["rejects", "nodes.parquet", "convergence.parquet", "epochs.parquet",
-                                       "anomalies.parquet", "topology.parquet", "histograms.parquet",
-                                       "series.parquet", "counter_totals.parquet"],
-        "timings_s": timings,
+        "ground_truth": info.truth,
+        "tables": list(PARTITIONED) + ["rejects", "nodes.parquet", "nodes.json", "convergence.parquet",
+                                       "epochs.parquet", "anomalies.parquet", "topology.parquet",
+                                       "histograms.parquet", "series.parquet", "counter_totals.parquet"],
+        "timings_s": v["timings"],
     }
     return summary
+
+
+def _day(t):
+    import datetime
+    try:
+        return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d")
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _days(t0, t1):
+    """The UTC days the data spans (as in telemetry/day=...), at most 1000."""
+    d0, d1 = _day(t0), _day(t1)
+    if d0 is None or d1 is None:
+        return []
+    import datetime
+    a = datetime.date.fromisoformat(d0)
+    b = datetime.date.fromisoformat(d1)
+    n = (b - a).days
+    if n > 1000:
+        return [d0, d1]
+    return [(a + datetime.timedelta(days=i)).isoformat() for i in range(n + 1)]
+
+
+def _node_json(n, row, fin, a, counters, control_rate, warn_tables, major, found, t_start, t_end, names):
+    """One node of nodes.json (the dashboard's per-node table; schema in
+    docs/PIPELINE.md). Absent values are null, never NaN."""
+    def g(metric):
+        return counters.get(metric, {})
+
+    drops = dict((k, r.get("total") or 0) for k, r in sorted(g("drops").items()))
+
+    def total(metric):
+        rows = g(metric)
+        return sum((r.get("total") or 0) for r in rows.values()) if rows else None
+    mem = g("mem_free").get("")
+    links = {}
+    for p in a.get("peer_list") or []:
+        ln = p.get("link") or "unknown"
+        links[ln] = links.get(ln, 0) + 1
+    cap = {}
+    for table, r in sorted(g("capacity").items()):
+        ref = (g(metrics.REFUSED).get(table) or {}).get("total") or 0
+        cap[table] = {"used": r.get("last"), "capacity": r.get("last_capacity"), "max_used": r.get("max"),
+                      "refused": ref}
+    occ = {}
+    for table, r in sorted(g("occupancy").items()):
+        occ[table] = {"used": r.get("last"), "capacity": r.get("last_capacity"), "max_used": r.get("max")}
+    gens = [r.get("gens") or 0 for m in counters.values() for r in m.values()]
+    last_t = a.get("last_t")
+    value = fin.get("value") if fin else None
+    return {
+        "node": n,
+        "name": names.get(n),
+        "port": a.get("port"),
+        "profile": fin.get("profile") if fin else None,
+        "rank": row["rank"],
+        "component": row["component"],
+        "records": row["records"],
+        "first_seen_s": None if a.get("first_t") is None else a["first_t"] - t_start,
+        "last_seen_s": None if last_t is None else last_t - t_start,
+        "silent_s": None if last_t is None else t_end - last_t,
+        "down_at_end": row["down_at_end"],
+        "root": row["root"],
+        "root_seq": row["root_seq"],
+        "root_ok": (value == major) if (value is not None and major is not None and not row["down_at_end"]) else None,
+        "parent": row["parent"],
+        "depth": row["depth"],
+        "peers": fin.get("peers") if fin else None,
+        "links": links,
+        "desc": row["desc"],
+        "expected_desc": row["expected_desc"],
+        "snake_ok": row["correct_final"] if fin else None,
+        "parent_changes": row["parent_changes"],
+        "drops_total": sum(drops.values()),
+        "drops": drops,
+        "rx_total": total("rx"),
+        "tx_total": total("tx"),
+        "tx_bytes_total": total("tx_bytes"),
+        "mem_free": mem.get("last") if mem else None,
+        "mem_free_min": mem.get("min") if mem else None,
+        "restarts": max(gens) if gens else 0,
+        "control_bytes_per_s": control_rate,
+        "capacity": cap,
+        "capacity_warnings": sorted(warn_tables),
+        "occupancy": occ,
+        "anomalies": [x[0] for x in found],
+    }
 
 
 def _short(k):

@@ -4,8 +4,8 @@ The state stream S has one row per `state` record plus, at every topology
 epoch boundary b, one synthetic row per node carrying that node's latest
 state as of b (so a node whose descending key silently became wrong when the
 topology changed gets a row at b). Each row knows the epoch in force at its
-time, the node's component in that epoch and the true descending key (the
-next-lower key in the component), so `correct` is a row-level column.
+time and the true descending key in that epoch (the next-lower key in the
+node's component), so `correct` is a row-level column.
 
 A node's tree value (`root/root_seq`) and correctness are piecewise constant
 between its rows. "Reached and held" for the whole mesh is then the latest,
@@ -14,97 +14,157 @@ resp. of being correct), provided at the end every node agrees (resp. is
 correct); before that time some node was not in its final state, after it
 all are and stay so. The same computation per epoch gives reconvergence
 times after each topology change (tree agreement per component there).
+
+Plan: the state records are shuffled once, by node. Within a node, ordered
+by (t, seq), one window adds the boundary rows (a row generates the
+boundaries between itself and the node's next row), a second one compares
+each row with the previous one. From there two small aggregates are
+collected: one row per (node, epoch) (where the node's final run of each
+kind started, its final state, change counts) and the per-bucket changes of
+the mesh-wide counts (nodes per root, nodes correct, nodes reported), from
+which the driver rebuilds the time series by a running sum. Neither grows
+with the number of records: the first with nodes x epochs, the second with
+the number of state changes.
 """
+import heapq
+
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-STATE_FIELDS = ("value", "root", "root_seq", "desc", "parent", "depth")
+CARRIED = ("value", "root", "root_seq", "desc", "parent", "depth", "peers", "profile")
 
 
-def epoch_col(boundaries, tcol="t"):
-    """Index of the topology epoch in force at time `tcol`."""
+def epoch_col(boundaries, tcol="t", strict=False):
+    """Index of the topology epoch in force at time `tcol` (the number of
+    epoch starts <= t; < t with strict)."""
     if not boundaries:
         return F.lit(0)
     arr = F.array(*[F.lit(float(b)) for b in boundaries])
-    return F.size(F.filter(arr, lambda x: x <= F.col(tcol)))
+    c = F.col(tcol)
+    return F.size(F.filter(arr, (lambda x: x < c) if strict else (lambda x: x <= c)))
 
 
-def state_stream(spark, valid, boundaries, expected):
-    st = (valid.filter(F.col("kind") == "state")
-          .select("node", "t", "seq",
-                  F.concat_ws("/", "root", F.col("root_seq").cast("string")).alias("value"),
-                  "root", "root_seq", "desc", "parent", "depth",
-                  F.lit(False).alias("boundary")))
-    if boundaries:
-        bnd = spark.createDataFrame([(float(b),) for b in boundaries], "b double")
-        asof = (st.join(F.broadcast(bnd), F.col("t") <= F.col("b"))
-                .groupBy("node", "b")
-                .agg(F.max_by(F.struct(*STATE_FIELDS), F.struct("t", "seq")).alias("s"))
-                .select("node", F.col("b").alias("t"), F.lit(-1).cast("long").alias("seq"),
-                        *[F.col("s." + f).alias(f) for f in STATE_FIELDS],
-                        F.lit(True).alias("boundary")))
-        st = st.unionByName(asof)
-    st = st.withColumn("epoch", epoch_col(boundaries))
-    st = st.join(F.broadcast(expected), ["epoch", "node"], "left")
-    return st.withColumn("correct", F.col("desc").eqNullSafe(F.col("expected_desc")))
+def state_stream(states, boundaries, expected):
+    """states: valid `state` records (node, t, seq, root, root_seq, desc,
+    parent, depth, peers_n, profile). expected: (epoch, node, comp,
+    expected_desc), small. Returns S: one row per state record and boundary
+    row, with epoch, boundary, correct."""
+    st = states.select(
+        "node", "t", "seq",
+        F.concat_ws("/", "root", F.col("root_seq").cast("string")).alias("value"),
+        "root", "root_seq", "desc", "parent", "depth", F.col("peers_n").alias("peers"), "profile")
+    fields = ["t", "seq"] + list(CARRIED)
+    if not boundaries:
+        S = st.select("node", *fields, F.lit(0).alias("epoch"), F.lit(False).alias("boundary"))
+    else:
+        n_epochs = len(boundaries) + 1
+        w = Window.partitionBy("node").orderBy("t", "seq")
+        st = (st.withColumn("epoch", epoch_col(boundaries))
+              .withColumn("elo", epoch_col(boundaries, strict=True))
+              .withColumn("next_t", F.lead("t").over(w))
+              .withColumn("next_elo", F.lead("elo").over(w)))
+        # Boundary k carries the state of the node's latest row with t <= b_k:
+        # row r generates the boundaries strictly between itself and the
+        # node's next row (all later ones if it is the last), and the one at
+        # its own time if t == b_k and it is the last row at that time.
+        lo = F.col("epoch") + 1
+        hi = F.coalesce(F.col("next_elo"), F.lit(n_epochs - 1))
+        between = F.when(lo <= hi, F.sequence(lo, hi)).otherwise(F.array().cast("array<int>"))
+        exact = (F.col("epoch") > F.col("elo")) & (F.col("next_t").isNull() | (F.col("next_t") != F.col("t")))
+        ks = F.when(exact, F.concat(F.array(F.col("epoch")), between)).otherwise(between)
+        starts = F.array(*[F.lit(float(b)) for b in boundaries])   # starts[k-1] = start of epoch k
+
+        def row(t, seq, epoch, boundary):
+            return F.struct(t.alias("t"), seq.alias("seq"), *[F.col(c) for c in CARRIED],
+                            epoch.cast("int").alias("epoch"), F.lit(boundary).alias("boundary"))
+
+        own = row(F.col("t"), F.col("seq"), F.col("epoch"), False)
+        gen = F.transform(ks, lambda k: row(F.element_at(starts, k), F.lit(-1).cast("long"), k, True))
+        S = (st.select("node", F.explode(F.concat(F.array(own), gen)).alias("r"))
+             .select("node", "r.*"))
+    S = S.join(F.broadcast(expected), ["epoch", "node"], "left")
+    return S.withColumn("correct", F.col("desc").eqNullSafe(F.col("expected_desc")))
 
 
-def node_level(S):
-    """One row per (scope, node): scope -1 is the whole run, scope e >= 0 the
-    rows of epoch e (boundary row included)."""
-    U = S.withColumn("scope", F.lit(-1)).unionByName(S.withColumn("scope", F.col("epoch")))
+def _flags(S):
+    w = Window.partitionBy("node").orderBy("t", "seq")
+    S = (S.withColumn("p_t", F.lag("t").over(w))
+         .withColumn("p_value", F.lag("value").over(w))
+         .withColumn("p_parent", F.lag("parent").over(w))
+         .withColumn("p_desc", F.lag("desc").over(w))
+         .withColumn("p_correct", F.lag("correct").over(w)))
+    first = F.col("p_t").isNull()
+    return S.select(
+        "*", first.alias("first"),
+        (first | (F.col("value") != F.col("p_value"))).alias("value_start"),
+        (~first & (F.col("value") != F.col("p_value"))).alias("value_chg"),
+        (F.col("correct") & (first | ~F.col("p_correct"))).alias("correct_start"),
+        (~first & ~F.col("parent").eqNullSafe(F.col("p_parent"))).alias("parent_chg"),
+        (~first & ~F.col("desc").eqNullSafe(F.col("p_desc"))).alias("desc_chg"))
+
+
+def node_epochs(S):
+    """One row per (node, epoch) the node has rows in."""
     key = F.struct("t", "seq")
-    full = (Window.partitionBy("scope", "node").orderBy("t", "seq")
-            .rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing))
-    ordered = Window.partitionBy("scope", "node").orderBy("t", "seq")
-    U = (U.withColumn("final_value", F.last("value").over(full))
-         .withColumn("final_correct", F.last("correct").over(full)))
-    U = (U.withColumn("last_diff", F.max(F.when(F.col("value") != F.col("final_value"), key)).over(full))
-         .withColumn("last_false", F.max(F.when(~F.col("correct"), key)).over(full))
-         .withColumn("prev_t", F.lag("t").over(ordered))
-         .withColumn("prev_parent", F.lag("parent").over(ordered))
-         .withColumn("prev_value", F.lag("value").over(ordered))
-         .withColumn("prev_desc", F.lag("desc").over(ordered)))
-    later = F.col("prev_t").isNotNull()
-
-    def changes(col, prev):
-        return F.sum(F.when(later & ~F.col(col).eqNullSafe(F.col(prev)), 1).otherwise(0))
-
-    return U.groupBy("scope", "node").agg(
+    one = lambda c: F.sum(F.when(c, 1).otherwise(0))  # noqa: E731
+    return _flags(S).groupBy("node", "epoch").agg(
         F.count("*").alias("rows"),
-        F.sum(F.when(F.col("boundary"), 0).otherwise(1)).alias("own_rows"),
+        one(~F.col("boundary")).alias("own_rows"),
         F.min("t").alias("first_t"),
         F.max("t").alias("last_t"),
-        F.min(F.when(F.col("last_diff").isNull() | (key > F.col("last_diff")), F.col("t"))).alias("tree_since"),
-        F.min(F.when(F.col("final_correct")
-                     & (F.col("last_false").isNull() | (key > F.col("last_false"))),
-                     F.col("t"))).alias("snake_since"),
-        F.max_by(F.struct("value", "root", "root_seq", "desc", "parent", "depth", "correct",
-                          "comp", "expected_desc"), key).alias("final"),
-        changes("parent", "prev_parent").alias("parent_changes"),
-        changes("value", "prev_value").alias("root_changes"),
-        changes("desc", "prev_desc").alias("desc_changes"),
-    )
+        F.max(F.when(F.col("value_start"), F.col("t"))).alias("last_value_start"),
+        F.max(F.when(F.col("correct_start"), F.col("t"))).alias("last_correct_start"),
+        F.max_by(F.struct(*[F.col(c) for c in CARRIED], "correct", "comp", "expected_desc"), key).alias("final"),
+        one(F.col("parent_chg")).alias("parent_changes"),
+        one(F.col("value_chg")).alias("root_changes"),
+        one(F.col("desc_chg")).alias("desc_changes"))
 
 
-def bucket_series(spark, S, nodes_df, t_start, bucket, nbuckets):
-    """Per bucket k (covering [t_start + k*bucket, t_start + (k+1)*bucket)):
-    the state of every node after all its rows up to the end of the bucket.
-    Returns rows (bucket, reported, max_agree, correct)."""
-    grid = spark.range(nbuckets).withColumnRenamed("id", "bucket").crossJoin(F.broadcast(nodes_df))
-    snap = (S.withColumn("bucket", F.floor((F.col("t") - F.lit(t_start)) / F.lit(bucket)).cast("long"))
-            .groupBy("node", "bucket")
-            .agg(F.max_by(F.struct("value", "correct"), F.struct("t", "seq")).alias("s")))
-    g = grid.join(snap, ["node", "bucket"], "left")
-    wf = Window.partitionBy("node").orderBy("bucket").rowsBetween(Window.unboundedPreceding, 0)
-    g = g.withColumn("s", F.last("s", ignorenulls=True).over(wf))
-    per_val = (g.groupBy("bucket", F.col("s.value").alias("value"))
-               .agg(F.count("*").alias("n"),
-                    F.sum(F.when(F.col("s.correct"), 1).otherwise(0)).alias("c")))
-    return per_val.groupBy("bucket").agg(
-        F.sum(F.when(F.col("value").isNotNull(), F.col("n")).otherwise(0)).alias("reported"),
-        F.max(F.when(F.col("value").isNotNull(), F.col("n")).otherwise(0)).alias("max_agree"),
-        F.sum("c").alias("correct"))
+def bucket_deltas(S, t_start, bucket):
+    """Per (bucket, value): the change of the number of nodes whose latest
+    tree value is `value` (dn), and on value-null rows the change of the
+    number of correct nodes (dc) and of nodes that have reported (dr)."""
+    f = _flags(S)
+    c = F.col("correct").cast("int")
+    pc = F.coalesce(F.col("p_correct").cast("int"), F.lit(0))
+    f = f.filter(F.col("first") | F.col("value_chg") | (c != pc))
+    ev = F.struct(F.lit(None).cast("string").alias("v"), F.lit(0).alias("dn"), (c - pc).alias("dc"),
+                  F.col("first").cast("int").alias("dr"))
+    plus = F.struct(F.col("value").alias("v"), F.lit(1).alias("dn"), F.lit(0).alias("dc"), F.lit(0).alias("dr"))
+    minus = F.struct(F.col("p_value").alias("v"), F.lit(-1).alias("dn"), F.lit(0).alias("dc"), F.lit(0).alias("dr"))
+    events = (F.when(F.col("first"), F.array(ev, plus))
+              .when(F.col("value_chg"), F.array(ev, plus, minus))
+              .otherwise(F.array(ev)))
+    b = F.floor((F.col("t") - F.lit(t_start)) / F.lit(bucket)).cast("long")
+    return (f.select(b.alias("bucket"), F.explode(events).alias("e"))
+            .groupBy("bucket", F.col("e.v").alias("value"))
+            .agg(F.sum("e.dn").alias("dn"), F.sum("e.dc").alias("dc"), F.sum("e.dr").alias("dr")))
+
+
+def series_from_deltas(rows, nbuckets):
+    """Rebuild (bucket, reported, max_agree, correct) for every bucket from
+    bucket_deltas rows (dicts)."""
+    by_bucket = {}
+    for r in rows:
+        by_bucket.setdefault(r["bucket"], []).append(r)
+    counts = {}
+    heap = []
+    reported = correct = 0
+    out = []
+    for k in range(nbuckets):
+        for r in by_bucket.get(k, ()):
+            if r.get("value") is None:
+                correct += r.get("dc") or 0
+                reported += r.get("dr") or 0
+            elif r.get("dn"):
+                v = r["value"]
+                counts[v] = counts.get(v, 0) + r["dn"]
+                heapq.heappush(heap, (-counts[v], v))
+        while heap and counts.get(heap[0][1], 0) != -heap[0][0]:
+            heapq.heappop(heap)
+        best = -heap[0][0] if heap else 0
+        out.append({"bucket": k, "reported": reported, "max_agree": max(0, best), "correct": correct})
+    return out
 
 
 def down_nodes(epoch, scope_rows, nodes):
@@ -124,13 +184,46 @@ def down_nodes(epoch, scope_rows, nodes):
     return out
 
 
-def rollup(rows, nodes, epochs, comps, t_start, t_end, has_topology=True):
-    """Combine the per-(scope, node) aggregates (one row per node and epoch,
-    already small) into mesh-level figures. Returns (run, per_epoch, per_node,
-    down) with down[e] = nodes down in epoch e."""
-    by_scope = {}
-    for r in rows:
-        by_scope.setdefault(r["scope"], {})[r["node"]] = r
+def scopes(ne_rows, epochs, t_start):
+    """From node_epochs rows (dicts) to {scope: {node: row}} with scope -1
+    the whole run and scope e the rows of epoch e (its boundary row
+    included); each row has rows, own_rows, first_t, last_t, final,
+    tree_since, snake_since and the change counts."""
+    per_node = {}
+    for r in ne_rows:
+        per_node.setdefault(r["node"], {})[r["epoch"]] = r
+    out = {-1: {}}
+    for n, eps in per_node.items():
+        cum_v = cum_c = None
+        whole = {"rows": 0, "own_rows": 0, "first_t": None, "last_t": None, "parent_changes": 0,
+                 "root_changes": 0, "desc_changes": 0}
+        for e in sorted(eps):
+            r = eps[e]
+            if r.get("last_value_start") is not None:
+                cum_v = r["last_value_start"] if cum_v is None else max(cum_v, r["last_value_start"])
+            if r.get("last_correct_start") is not None:
+                cum_c = r["last_correct_start"] if cum_c is None else max(cum_c, r["last_correct_start"])
+            start = t_start if e == 0 or epochs[e].start is None else epochs[e].start
+            final = r["final"]
+            row = dict(r)
+            row["tree_since"] = None if cum_v is None else max(cum_v, start)
+            row["snake_since"] = max(cum_c, start) if (final.get("correct") and cum_c is not None) else None
+            out.setdefault(e, {})[n] = row
+            for k in ("rows", "own_rows", "parent_changes", "root_changes", "desc_changes"):
+                whole[k] += r.get(k) or 0
+            whole["first_t"] = r["first_t"] if whole["first_t"] is None else min(whole["first_t"], r["first_t"])
+            whole["last_t"] = r["last_t"] if whole["last_t"] is None else max(whole["last_t"], r["last_t"])
+            whole["final"] = final
+            whole["tree_since"] = cum_v
+            whole["snake_since"] = cum_c if final.get("correct") else None
+        out[-1][n] = whole
+    return out
+
+
+def rollup(by_scope, nodes, epochs, comps, t_start, t_end, has_topology=True):
+    """Combine the per-(scope, node) rows (already small) into mesh-level
+    figures. Returns (run, per_epoch, per_node, down) with down[e] = nodes
+    down in epoch e."""
     whole = by_scope.get(-1, {})
     down = [down_nodes(ep, by_scope.get(ep.index, {}), nodes) if has_topology else set()
             for ep in epochs]
@@ -148,13 +241,13 @@ def rollup(rows, nodes, epochs, comps, t_start, t_end, has_topology=True):
     def snake_held(scope_rows, members):
         if not members or any(m not in scope_rows for m in members):
             return None
-        if not all(scope_rows[m]["final"]["correct"] for m in members):
+        if not all(scope_rows[m]["final"].get("correct") for m in members):
             return None
         return max(scope_rows[m]["snake_since"] for m in members)
 
     t_tree = tree_held(whole, alive_end)
     t_snake = snake_held(whole, alive_end)
-    correct_final = sum(1 for m in alive_end if m in whole and whole[m]["final"]["correct"])
+    correct_final = sum(1 for m in alive_end if m in whole and whole[m]["final"].get("correct"))
     run = {
         "tree_converged_at": t_tree,
         "snake_converged_at": t_snake,
@@ -182,8 +275,5 @@ def rollup(rows, nodes, epochs, comps, t_start, t_end, has_topology=True):
             "tree_converged_s": None if tt is None else max(tt, start) - start,
             "snake_converged_s": None if ts is None else max(ts, start) - start,
         })
-    per_node = {}
-    for m in nodes:
-        r = whole.get(m)
-        per_node[m] = r
+    per_node = dict((m, whole.get(m)) for m in nodes)
     return run, per_epoch, per_node, down

@@ -13,6 +13,17 @@ from host_tools.pipeline import schema
 
 CONSOLE_PREFIX = "@sm "
 IGNORED = "ignored:"
+IGNORED_KINDS = ("console_noise", "console_reply")
+
+
+def source_col():
+    """The input file as a path: Spark names local files `file:///a/b`
+    (percent-encoded); a local path reads better in rejects and errors."""
+    f = F.input_file_name()
+    local = F.when(f.startswith("file:///"), F.substring(f, 8, 1 << 20)) \
+             .when(f.startswith("file:/"), F.substring(f, 6, 1 << 20))
+    decoded = F.when(local.contains("%"), F.try_url_decode(local)).otherwise(local)
+    return F.coalesce(decoded, f).alias("source")
 
 
 def read_lines(spark, paths, console=()):
@@ -22,9 +33,11 @@ def read_lines(spark, paths, console=()):
     cons = [p for p in paths if p in console]
     if plain:
         df = spark.read.text(plain)
+        v = F.col("value")
+        maybe = v.startswith("@") | v.startswith(" ") | v.startswith("\t")  # cheaper than a regex on every line
         parts.append(df.select(
-            F.input_file_name().alias("source"),
-            F.regexp_replace(F.col("value"), r"^\s*@sm ", "").alias("value"),
+            source_col(),
+            F.when(maybe, F.regexp_replace(v, r"^\s*@sm ", "")).otherwise(v).alias("value"),
             F.lit(None).cast("string").alias("ignore")))
     if cons:
         df = spark.read.text(cons)
@@ -32,7 +45,7 @@ def read_lines(spark, paths, console=()):
         stripped = F.regexp_replace(F.col("value"), r"^\s*@sm ", "")
         reply = stripped.rlike(r'"re"\s*:') & ~stripped.rlike(r'"v"\s*:')
         parts.append(df.select(
-            F.input_file_name().alias("source"), stripped.alias("value"),
+            source_col(), stripped.alias("value"),
             F.when(~prefixed, F.lit(IGNORED + "console_noise"))
              .when(reply, F.lit(IGNORED + "console_reply")).alias("ignore")))
     df = parts[0]

@@ -1,27 +1,42 @@
-"""Probe, counter and per-node activity figures, as Spark DataFrame plans."""
+"""Probe, counter and per-node activity figures, as Spark DataFrame plans.
+
+Every function here returns a plan over the `telemetry/` table (or the
+`probes/` table) whose result is small: one row per node, per table, per
+time bucket or per histogram bin, never one per record.
+"""
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-CUMULATIVE = ("rx", "tx", "drops", "evictions", "verify_done", "verify_skipped", "verify_cached")
-GAUGES = ("occupancy", "mem_free")
-
-
-def run_minute(t_start):
-    return F.floor((F.col("t") - F.lit(t_start)) / F.lit(60.0)).cast("int").alias("run_minute")
+# Cumulative counters (since the node booted; a restart resets them all).
+CUMULATIVE_MAPS = ("rx", "tx", "drops", "evictions", "tx_bytes", "tx_link", "tx_bytes_link")
+CUMULATIVE_SCALARS = ("verify_done", "verify_skipped", "verify_cached")
+# `capacity` {table: [used, capacity, refused]}: refused is cumulative.
+REFUSED = "capacity_refused"
+CONTROL_EXCLUDE = ("traffic",)     # "control traffic" = every frame type but traffic
 
 
 def bucket_of(t_start, bucket):
     return F.floor((F.col("t") - F.lit(t_start)) / F.lit(bucket)).cast("long")
 
 
-def probes(valid, epoch, dist_df, t_start):
+def day_col(tcol="t"):
+    """UTC date of a run-clock time (seconds since the epoch; the simulator's
+    clock starts at 0, so its days are 1970-01-01). Times outside years
+    1..9999 have no day."""
+    t = F.col(tcol)
+    ok = t.isNotNull() & (F.abs(t) < F.lit(2.5e11))
+    return F.when(ok, F.date_format(F.timestamp_seconds(t), "yyyy-MM-dd"))
+
+
+# -- probes -----------------------------------------------------------------------
+
+def probes(records, epoch, dist_df):
     """One row per probe with the shortest path length on the topology in
     force at its time and its stretch (hops / shortest). Probes that failed,
     have no hop count, or whose endpoints are unknown to the topology (or
     src == dst) have a null stretch."""
-    pr = (valid.filter(F.col("kind") == "probe")
-          .select("t", run_minute(t_start), "node", "seq", "probe", "id", "src", "dst", "ok",
-                  "rtt_ms", "hops", "path", epoch.alias("epoch")))
+    pr = records.select("day", "t", "node", "seq", "probe", "id", "src", "dst", "ok", "rtt_ms", "hops",
+                        epoch.alias("epoch"))
     if dist_df is not None:
         pr = pr.join(F.broadcast(dist_df), ["epoch", "src", "dst"], "left")
     else:
@@ -58,105 +73,137 @@ def probe_stats(pr):
     )
 
 
-def histograms(pr, stretch_bin, rtt_bin):
-    """Long table (metric, bin_start, bin_width, count) for the report."""
-    s = (pr.filter(F.col("stretch").isNotNull())
-         .select(F.lit("stretch").alias("metric"),
-                 (F.floor(F.col("stretch") / stretch_bin) * stretch_bin).alias("bin_start"),
-                 F.lit(float(stretch_bin)).alias("bin_width")))
-    r = (pr.filter((F.col("probe") == "ping") & F.col("ok") & F.col("rtt_ms").isNotNull())
-         .select(F.lit("rtt_ms").alias("metric"),
-                 (F.floor(F.col("rtt_ms") / rtt_bin) * rtt_bin).alias("bin_start"),
-                 F.lit(float(rtt_bin)).alias("bin_width")))
-    return s.unionByName(r).groupBy("metric", "bin_start", "bin_width").count()
+def stretch_histogram(pr, stretch_bin):
+    return (pr.filter(F.col("stretch").isNotNull())
+            .groupBy((F.floor(F.col("stretch") / stretch_bin) * stretch_bin).alias("bin_start"))
+            .count())
 
 
-def counters_long(valid, t_start):
-    """Counters in long form: (node, t, metric, key, value, capacity, inc).
-    Cumulative counters (since the node started) get `inc`, the increase
-    since the node's previous report; a decrease means the node restarted,
-    so the new value is the increase. The first report's value counts whole."""
-    c = valid.filter(F.col("kind") == "counters").select("node", "t", "seq", *CUMULATIVE, *GAUGES)
-    base = ["node", "t", "seq"]
-    parts = []
-    for m in ("rx", "tx", "drops", "evictions"):
-        parts.append(c.select(*base, F.lit(m).alias("metric"), F.explode(m).alias("key", "value"))
-                     .withColumn("capacity", F.lit(None).cast("long")))
-    for m in ("verify_done", "verify_skipped", "verify_cached", "mem_free"):
-        parts.append(c.filter(F.col(m).isNotNull())
-                     .select(*base, F.lit(m).alias("metric"), F.lit("").alias("key"),
-                             F.col(m).alias("value"), F.lit(None).cast("long").alias("capacity")))
-    parts.append(c.select(*base, F.lit("occupancy").alias("metric"),
-                          F.explode("occupancy").alias("key", "arr"))
-                 .select(*base, "metric", "key", F.col("arr")[0].alias("value"),
-                         F.col("arr")[1].alias("capacity")))
-    long = parts[0]
-    for p in parts[1:]:
-        long = long.unionByName(p)
-    long = long.filter(F.col("value").isNotNull())
-    cumulative = F.col("metric").isin(*CUMULATIVE)
-    # A restart resets every counter of the node: a report in which some
-    # cumulative counter is lower than in the node's previous report starts a
-    # new generation, and every counter in it counts from zero (including
-    # keys the previous report did not have).
-    by_node = Window.partitionBy("node").orderBy("t", "seq")
-    long = long.withColumn("ridx", F.dense_rank().over(by_node))
-    w = Window.partitionBy("node", "metric", "key").orderBy("t", "seq")
-    long = (long.withColumn("prev", F.when(cumulative, F.lag("value").over(w)))
-            .withColumn("prev_idx", F.lag("ridx").over(w)))
-    down = (F.col("value") < F.col("prev")) & (F.col("prev_idx") == F.col("ridx") - 1)
-    rec = Window.partitionBy("node", "t", "seq")
-    long = long.withColumn("reset", F.max(F.coalesce(down, F.lit(False))).over(rec))
-    long = long.withColumn("rfirst", F.row_number().over(rec.orderBy("metric", "key")) == 1)
-    upto = (Window.partitionBy("node").orderBy("t", "seq")
-            .rangeBetween(Window.unboundedPreceding, Window.currentRow))
-    long = long.withColumn("gen", F.sum(F.when(F.col("rfirst") & F.col("reset"), 1).otherwise(0)).over(upto))
-    w2 = Window.partitionBy("node", "gen", "metric", "key").orderBy("t", "seq")
-    long = long.withColumn("prev", F.when(cumulative, F.lag("value").over(w2)))
-    inc = (F.when(~cumulative, F.lit(None))
-           .when(F.col("prev").isNull(), F.col("value"))
-           .otherwise(F.col("value") - F.col("prev")))
-    return (long.withColumn("inc", inc.cast("long")).drop("prev", "reset", "rfirst", "ridx", "prev_idx")
-            .withColumn("run_minute", run_minute(t_start)))
+def rtt_values(pr):
+    """RTTs of successful pings grouped to 0.1 ms (few distinct values): the
+    driver bins them once it knows the range."""
+    return (pr.filter((F.col("probe") == "ping") & F.col("ok") & F.col("rtt_ms").isNotNull())
+            .groupBy(F.round(F.col("rtt_ms"), 1).alias("rtt")).count())
 
 
-def counter_totals(cl):
-    ratio = F.when(F.col("capacity") > 0, F.col("value") / F.col("capacity"))
-    return cl.groupBy("metric", "key").agg(
-        F.sum("inc").alias("total"),
-        F.max("value").alias("max"),
-        F.min("value").alias("min"),
-        F.max("capacity").alias("capacity"),
-        F.max(ratio).alias("max_ratio"),
-        F.countDistinct("node").alias("nodes"))
+def probe_series(pr, t_start, bucket):
+    return (pr.filter(F.col("probe") == "ping").groupBy(bucket_of(t_start, bucket).alias("bucket"))
+            .agg(F.count("*").alias("pings"),
+                 F.sum(F.when(F.col("ok"), 1).otherwise(0)).alias("pings_ok"),
+                 F.avg(F.when(F.col("ok"), F.col("rtt_ms"))).alias("rtt_ms_mean")))
 
 
-def series(pr, cl, t_start, bucket):
-    """Long table (series, key, bucket, value) of per-bucket figures."""
-    b = bucket_of(t_start, bucket).alias("bucket")
-    pings = (pr.filter(F.col("probe") == "ping").groupBy(b)
-             .agg(F.count("*").alias("pings"),
-                  F.sum(F.when(F.col("ok"), 1).otherwise(0)).alias("pings_ok"),
-                  F.avg(F.when(F.col("ok"), F.col("rtt_ms"))).alias("rtt_ms_mean")))
-    pings = pings.select("bucket", F.explode(F.array(
-        *[F.struct(F.lit(n).alias("series"), F.lit("").alias("key"), F.col(n).cast("double").alias("value"))
-          for n in ("pings", "pings_ok", "rtt_ms_mean")])).alias("x")).select("x.series", "x.key", "bucket", "x.value")
-    occ = (cl.filter((F.col("metric") == "occupancy") & (F.col("capacity") > 0))
-           .groupBy(b, "key").agg(F.max(F.col("value") / F.col("capacity")).alias("value"))
-           .select(F.lit("occupancy_max_ratio").alias("series"), "key", "bucket", "value"))
-    drops = (cl.filter(F.col("metric").isin("drops", "evictions")).groupBy(b, "metric", "key")
-             .agg(F.sum("inc").cast("double").alias("value"))
-             .select(F.col("metric").alias("series"), "key", "bucket", "value"))
-    return pings.unionByName(occ).unionByName(drops)
-
+# -- per-node activity -------------------------------------------------------------
 
 def node_activity(valid):
+    """valid: every valid record but `topology` ones."""
     ev = F.col("event")
+    key = F.struct("t", "seq")
     return valid.groupBy("node").agg(
         F.count("*").alias("records"),
         F.min("t").alias("first_t"),
         F.max("t").alias("last_t"),
         F.sum(F.when(F.col("kind") == "state", 1).otherwise(0)).alias("state_records"),
         F.sum(F.when(ev == "sanity_fail", 1).otherwise(0)).alias("sanity_fail"),
-        F.sum(F.when(ev == "parent_changed", 1).otherwise(0)).alias("parent_changed_events"),
-        F.sum(F.when(ev == "peer_down", 1).otherwise(0)).alias("peer_down_events"))
+        F.max_by("port", F.when(F.col("port").isNotNull(), key)).alias("port"),
+        F.max_by("peer_list", F.when(F.col("kind") == "peers", key)).alias("peer_list"))
+
+
+# -- counters ------------------------------------------------------------------------
+
+def counters_long(c, t_start, bucket):
+    """Counters records (wide) -> one row per (record, metric, key) with
+    `inc` (the increase since the node's previous report; a restart counts
+    from zero) and the gauge fields. A report in which any cumulative counter
+    is lower than in the node's previous report starts a new generation
+    (the node restarted): every counter in it counts in full."""
+    c = c.select("node", "t", "seq", *CUMULATIVE_MAPS, *CUMULATIVE_SCALARS, "occupancy", "mem_free",
+                 "capacity",
+                 F.transform_values("capacity", lambda k, v: v[2]).alias(REFUSED))
+    maps = CUMULATIVE_MAPS + (REFUSED,)
+    w = Window.partitionBy("node").orderBy("t", "seq")
+    for m in maps + CUMULATIVE_SCALARS:
+        c = c.withColumn("p_" + m, F.lag(m).over(w))
+    def lower_than_before(cur, prev):
+        return lambda k: F.coalesce(cur[k] < prev[k], F.lit(False))
+
+    def entry(m, cur):
+        return lambda e: F.struct(F.lit(m).alias("metric"), e["key"].alias("key"), e["value"].alias("inc"),
+                                  cur[e["key"]].alias("value"), F.lit(None).cast("long").alias("cap"))
+
+    downs = []
+    for m in maps:
+        cur, prev = F.col(m), F.col("p_" + m)
+        downs.append(F.exists(F.map_keys(cur), lower_than_before(cur, prev)))
+    for s in CUMULATIVE_SCALARS:
+        downs.append(F.col(s) < F.col("p_" + s))
+    reset = F.lit(False)
+    for d in downs:
+        reset = reset | F.coalesce(d, F.lit(False))
+    c = c.withColumn("reset", reset)
+    c = c.withColumn("gen", F.sum(F.col("reset").cast("int")).over(
+        w.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
+    nul = F.lit(None).cast("long")
+    entries = []
+    for m in maps:
+        cur, prev = F.col(m), F.col("p_" + m)
+        inc = F.when(F.col("reset") | prev.isNull(), cur).otherwise(
+            F.map_filter(F.map_zip_with(cur, prev, lambda k, a, b: a - F.coalesce(b, F.lit(0))),
+                         lambda k, v: v.isNotNull()))
+        entries.append(F.coalesce(F.transform(F.map_entries(inc), entry(m, cur)), F.array()))
+    for s in CUMULATIVE_SCALARS:
+        cur, prev = F.col(s), F.col("p_" + s)
+        inc = F.when(F.col("reset") | prev.isNull(), cur).otherwise(cur - prev)
+        entries.append(F.when(cur.isNotNull(), F.array(F.struct(
+            F.lit(s).alias("metric"), F.lit("").alias("key"), inc.alias("inc"), cur.alias("value"),
+            nul.alias("cap")))).otherwise(F.array()))
+    entries.append(F.coalesce(F.transform(F.map_entries("occupancy"), lambda e: F.struct(
+        F.lit("occupancy").alias("metric"), e["key"].alias("key"), nul.alias("inc"),
+        e["value"][0].alias("value"), e["value"][1].alias("cap"))), F.array()))
+    entries.append(F.coalesce(F.transform(F.map_entries("capacity"), lambda e: F.struct(
+        F.lit("capacity").alias("metric"), e["key"].alias("key"), nul.alias("inc"),
+        e["value"][0].alias("value"), e["value"][1].alias("cap"))), F.array()))
+    entries.append(F.when(F.col("mem_free").isNotNull(), F.array(F.struct(
+        F.lit("mem_free").alias("metric"), F.lit("").alias("key"), nul.alias("inc"),
+        F.col("mem_free").alias("value"), nul.alias("cap")))).otherwise(F.array()))
+    return c.select("node", "t", "seq", "gen", bucket_of(t_start, bucket).alias("bucket"),
+                    F.explode(F.concat(*entries)).alias("e")).select(
+        "node", "t", "seq", "gen", "bucket", "e.*").filter(F.col("value").isNotNull())
+
+
+def counters_per_node(cl):
+    """One row per (node, metric, key): total increase, min/max/last value,
+    capacity, generations seen."""
+    key = F.struct("t", "seq")
+    ratio = F.when(F.col("cap") > 0, F.col("value") / F.col("cap"))
+    return cl.groupBy("node", "metric", "key").agg(
+        F.sum("inc").alias("total"),
+        F.max("value").alias("max"),
+        F.min("value").alias("min"),
+        F.max_by("value", key).alias("last"),
+        F.max("cap").alias("capacity"),
+        F.max_by("cap", key).alias("last_capacity"),
+        F.max(ratio).alias("max_ratio"),
+        F.max("gen").alias("gens"))
+
+
+def counters_series(cl):
+    """Per (bucket, metric, key): the sum of increases (drops, evictions,
+    bytes sent) and the largest used/capacity (occupancy, capacity)."""
+    ratio = F.when(F.col("cap") > 0, F.col("value") / F.col("cap"))
+    return (cl.filter(F.col("metric").isin("drops", "evictions", "tx_bytes", "occupancy", "capacity"))
+            .groupBy("bucket", "metric", "key")
+            .agg(F.sum("inc").alias("inc"), F.max(ratio).alias("max_ratio")))
+
+
+def steady_bytes(cl, window_start):
+    """Bytes sent per node and frame type over the steady-state window: from
+    the node's first `counters` report at or after `window_start` (t_a) to
+    its last one (t_b), the increases of `tx_bytes` reported after t_a.
+    Returns (node, key, bytes, t_a, t_b)."""
+    x = cl.filter((F.col("metric") == "tx_bytes") & (F.col("t") >= F.lit(window_start)))
+    per = Window.partitionBy("node")
+    x = x.withColumn("t_a", F.min("t").over(per)).withColumn("t_b", F.max("t").over(per))
+    return x.groupBy("node", "key").agg(
+        F.sum(F.when(F.col("t") > F.col("t_a"), F.col("inc")).otherwise(0)).alias("bytes"),
+        F.first("t_a").alias("t_a"), F.first("t_b").alias("t_b"))

@@ -31,7 +31,7 @@ TYPED_FIELDS = [
     ("v", _L), ("kind", _S), ("t", _D), ("node", _S),
     # state
     ("root", _S), ("root_seq", _L), ("parent", _S), ("coords", T.ArrayType(_L)),
-    ("depth", _L), ("desc", _S), ("routes", _L),
+    ("depth", _L), ("desc", _S), ("routes", _L), ("profile", _S),
     # `peers` is an int in `state` and a list in `peers` records: kept as the
     # raw JSON text here and parsed per kind (PEER_LIST_SCHEMA).
     ("peers", _S),
@@ -40,6 +40,8 @@ TYPED_FIELDS = [
     ("verify_done", _L), ("verify_skipped", _L), ("verify_cached", _L),
     ("evictions", T.MapType(_S, _L)), ("occupancy", T.MapType(_S, T.ArrayType(_L))),
     ("mem_free", _L),
+    ("tx_bytes", T.MapType(_S, _L)), ("tx_link", T.MapType(_S, _L)), ("tx_bytes_link", T.MapType(_S, _L)),
+    ("capacity", T.MapType(_S, T.ArrayType(_L))),
     # probe (`id` is kept as text: producers may use ints or strings)
     ("probe", _S), ("id", _S), ("src", _S), ("dst", _S), ("ok", T.BooleanType()),
     ("rtt_ms", _D), ("hops", _L), ("path", T.ArrayType(_S)),
@@ -47,6 +49,8 @@ TYPED_FIELDS = [
     ("event", _S), ("detail", _S),
     # topology
     ("edges", T.ArrayType(T.ArrayType(_S))), ("names", T.MapType(_S, _S)),
+    # added by `snakemesh monitor`: the console the record came from
+    ("port", _S),
 ]
 
 RECORD_SCHEMA = T.StructType([_f(n, t) for n, t in TYPED_FIELDS] + [_f(CORRUPT, _S)])
@@ -66,7 +70,8 @@ REQUIRED = {
 # Fields whose key must be present for the kind even though null is allowed.
 REQUIRED_KEYS = {"state": ("desc",)}
 COUNTER_FIELDS = ("rx", "tx", "drops", "verify_done", "verify_skipped", "verify_cached",
-                  "evictions", "occupancy", "mem_free")
+                  "evictions", "occupancy", "mem_free", "tx_bytes", "tx_link", "tx_bytes_link",
+                  "capacity")
 # Key-valued fields checked for format when present (kind, field).
 KEY_FIELDS = (("state", "root"), ("state", "parent"), ("state", "desc"),
               ("probe", "src"), ("probe", "dst"))
@@ -127,7 +132,7 @@ def parse_lines(lines):
     for k, fields in REQUIRED_KEYS.items():
         for name in fields:
             # the key may hold null, so its presence is read from the text
-            by_kind[k].append(F.when(r[name].isNull() & ~F.col("value").rlike('"' + name + '"\\s*:'),
+            by_kind[k].append(F.when(r[name].isNull() & ~F.col("value").contains('"%s"' % name),
                                      F.lit("missing_field:" + name)))
     # `peers` is an int in state records and a list in peers records
     by_kind["state"].append(F.when(r["peers"].isNotNull() & F.col("peers_n").isNull(),
@@ -156,7 +161,7 @@ def parse_lines(lines):
     typed = [r[name].alias(name) for name, _t in TYPED_FIELDS if name != "peers"]
     df = df.select(
         "source", "seq", "value", "ignore", "r", "m", *typed,
-        F.when(kind == "state", r["peers"].cast(_L)).alias("peers_n"),
+        F.when(kind == "state", r["peers"].try_cast(_L)).alias("peers_n"),
         F.when(kind == "peers", F.from_json(r["peers"], PEER_LIST_SCHEMA)).alias("peer_list"),
     )
     df = df.withColumn("reason", reason)

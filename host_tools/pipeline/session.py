@@ -52,6 +52,10 @@ def quiet_imports():
     pandas inside Spark, so that warning is noise."""
     warnings.filterwarnings("ignore", message=".*pandas.*", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="pyspark")
+    # PySpark logs every failed query as a JSON line on stderr; the CLI
+    # reports the failure as one line of its own
+    import logging
+    logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
 
 
 def get_session(master=None, conf=None, app_name="snakemesh-analyze", small_input=False):
@@ -80,6 +84,7 @@ def get_session(master=None, conf=None, app_name="snakemesh-analyze", small_inpu
         "spark.sql.shuffle.partitions": "8",
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
+        "spark.sql.ansi.enabled": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.sources.partitionOverwriteMode": "static",
         "spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=file:" + _log4j_file(),

@@ -33,8 +33,11 @@ class Epoch(object):
         self.links = links or {}    # (a, b) -> link name
 
 
-def read_topology_file(path):
-    """Parse the shared topology format into a set of (a, b) name pairs."""
+def read_topology_file(path, links=None):
+    """Parse the shared topology format into (names, set of (a, b) name
+    pairs). `@` options (the simulator's and mesh's extension: `@ble`,
+    `@latency=...`) are not names; a bare `@LINK` names the link type of the
+    line's edges, stored in `links` {(a, b): link} when given."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -52,11 +55,19 @@ def read_topology_file(path):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
-        chain = line.split()
+        toks = line.split()
+        chain = [x for x in toks if not x.startswith("@")]
+        link = None
+        for x in toks:
+            if x.startswith("@") and "=" not in x and len(x) > 1:
+                link = x[1:]
         names.update(chain)
         for a, b in zip(chain, chain[1:]):
             if a != b:
-                edges.add((a, b) if a < b else (b, a))
+                e = (a, b) if a < b else (b, a)
+                edges.add(e)
+                if links is not None:
+                    links[e] = link or "wifi"
     if not names:
         raise InputError("%s: topology file has no nodes" % path)
     return names, edges
@@ -96,7 +107,8 @@ def epochs_from_records(records):
 
 
 def epoch_from_file(path, names_hex_to_name):
-    names, edges = read_topology_file(path)
+    name_links = {}
+    names, edges = read_topology_file(path, name_links)
     to_key = {}
     for k, v in names_hex_to_name.items():
         to_key[v] = k
@@ -105,20 +117,28 @@ def epoch_from_file(path, names_hex_to_name):
         if missing:
             raise InputError("%s: %d topology name(s) have no key in the telemetry's topology names (e.g. %s)"
                              % (path, len(missing), missing[0]))
-        mapped = set(_norm(to_key[a], to_key[b]) for a, b in edges)
-        nodes = set(to_key[n] for n in names)
+        key = lambda n: to_key[n]  # noqa: E731
     else:
-        mapped = set(_norm(a.lower(), b.lower()) for a, b in edges)
-        nodes = set(n.lower() for n in names)
-    return Epoch(0, None, mapped), nodes
+        key = lambda n: n.lower()  # noqa: E731
+    links = {}
+    for (a, b), link in name_links.items():
+        links[_norm(key(a), key(b))] = link
+    mapped = set(links)
+    nodes = set(key(n) for n in names)
+    return Epoch(0, None, mapped, links), nodes
 
 
 def epoch_from_peer_links(pairs):
-    es = set()
-    for a, b in pairs:
+    """pairs: (node, peer) or (node, peer, link) from `peers` records."""
+    links = {}
+    for p in pairs:
+        a, b = p[0], p[1]
         if a and b and a != b:
-            es.add(_norm(a, b))
-    return Epoch(0, None, es)
+            e = _norm(a, b)
+            link = p[2] if len(p) > 2 else None
+            if link or e not in links:
+                links[e] = link
+    return Epoch(0, None, set(links), links)
 
 
 def adjacency(nodes, edges):

@@ -185,6 +185,7 @@ def test_telemetry_records():
         c.emit(rec)
     assert "occupancy" in co and "drops" in co and "mem_free" in co
     assert pe["peers"] == [] and "root" in st and "desc" in st
+    assert st["profile"] == "UNIX"  # the board profile's name (telemetry contract 3)
     assert len(out.objects()) == 3
 
 

@@ -60,7 +60,8 @@ class Scenario(object):
     def __init__(self, duration=40.0, state_interval=1.0, counters_interval=5.0,
                  peers_interval=10.0, ping_interval=2.0, trace_interval=5.0, ping_loss=0.1,
                  partition=None, flap_desc=True, flap_parent=True, restart=True, stuck=False,
-                 sanity_fail=True, emit_topology=True, detour_prob=0.4, flap_count=6, drop_reasons=REASONS):
+                 sanity_fail=True, emit_topology=True, detour_prob=0.4, flap_count=6, drop_reasons=REASONS,
+                 control=False, capacity=False, profile=None, port=False):
         self.duration = duration
         self.state_interval = state_interval
         self.counters_interval = counters_interval
@@ -78,6 +79,13 @@ class Scenario(object):
         self.detour_prob = detour_prob
         self.flap_count = flap_count
         self.drop_reasons = tuple(drop_reasons)   # drop reasons the counters draw from (2 per report)
+        # contract 1 (tx_bytes, tx_link, tx_bytes_link), contract 2 (capacity),
+        # contract 3 (state `profile`), `port` as `snakemesh monitor` adds it.
+        # Drawn from their own random stream: the other records stay the same.
+        self.control = control
+        self.capacity = capacity
+        self.profile = profile
+        self.port = port
 
 
 def middle_cut(g):
@@ -282,9 +290,13 @@ def generate(g, seed, scenario=None):
     # -- records ------------------------------------------------------------------
     recs = []
 
+    port_of = dict((n, "/dev/ttyUSB%d" % i) for i, n in enumerate(nodes))
+
     def rec(kind, t, node, **f):
         r = {"v": 1, "kind": kind, "t": _r(t), "node": node}
         r.update(f)
+        if sc.port and kind != "topology":
+            r["port"] = port_of[node]
         recs.append(r)
 
     link_of = {}
@@ -313,6 +325,8 @@ def generate(g, seed, scenario=None):
             rec("state", t, n, root=root, root_seq=seq, parent=parent,
                 coords=[ports.get(parent, 1)] * depth, depth=depth, desc=_at(desc[n], t),
                 peers=len(list(epochs[e][1].neighbors(n))), routes=rng.randint(0, 12))
+            if sc.profile:
+                recs[-1]["profile"] = sc.profile
         for tl, ev in ((par[n], "parent_changed"), (tree[n], "root_changed"), (desc[n], "desc_changed")):
             for i in range(1, len(tl)):
                 old, new = tl[i - 1][1], tl[i][1]
@@ -333,6 +347,15 @@ def generate(g, seed, scenario=None):
     # counters: cumulative since the node started, reset on restart
     totals = {"drops": {}, "evictions": {}, "verify_done": 0, "verify_skipped": 0, "verify_cached": 0}
     occ_max = 0.0
+    crng = random.Random(seed * 7919 + 1)         # the new counters fields' own stream
+    reports = dict((n, []) for n in nodes)       # (t, {type: bytes increase}) for the control truth
+    cap_state = {}
+    if sc.capacity:
+        # one node's routes table runs full and refuses entries, one refuses
+        # links for max_peers late in the run, the others stay within bounds
+        cap_routes = candidates[3 % len(candidates)] if candidates else nodes[0]
+        cap_peers = candidates[4 % len(candidates)] if candidates else nodes[-1]
+        truth["capacity_nodes"] = {"routes": cap_routes, "peers": cap_peers}
     for n in nodes:
         t = first_t[n] + rng.uniform(0, sc.counters_interval)
         cum = None
@@ -342,7 +365,11 @@ def generate(g, seed, scenario=None):
                 restarted = cum is not None
                 cum = {"rx": dict((f, 0) for f in FRAME_TYPES), "tx": dict((f, 0) for f in FRAME_TYPES),
                        "drops": {}, "evictions": {}, "verify_done": 0, "verify_skipped": 0,
-                       "verify_cached": 0}
+                       "verify_cached": 0, "tx_bytes": dict((f, 0) for f in FRAME_TYPES),
+                       "tx_link": {}, "tx_bytes_link": {}, "refused": {"routes": 0, "peers": 0, "depth": 0}}
+                fresh = True
+            else:
+                fresh = False
             for f in FRAME_TYPES:
                 cum["rx"][f] += rng.randint(0, 20)
                 cum["tx"][f] += rng.randint(0, 20)
@@ -368,6 +395,37 @@ def generate(g, seed, scenario=None):
                 verify_done=cum["verify_done"], verify_skipped=cum["verify_skipped"],
                 verify_cached=cum["verify_cached"], evictions=dict(cum["evictions"]), occupancy=occ,
                 mem_free=rng.randint(40000, 90000))
+            if sc.control:
+                incs = {}
+                for f in FRAME_TYPES:
+                    # a node's rate depends on its degree: the busiest node is the best connected
+                    inc = crng.randint(0, 200) * (1 + K.degree(n))
+                    cum["tx_bytes"][f] += inc
+                    incs[f] = cum["tx_bytes"][f] if fresh else inc
+                for ln in ("wifi", "ble"):
+                    cum["tx_link"][ln] = cum["tx_link"].get(ln, 0) + crng.randint(0, 10)
+                    cum["tx_bytes_link"][ln] = cum["tx_bytes_link"].get(ln, 0) + crng.randint(0, 900)
+                recs[-1].update(tx_bytes=dict(cum["tx_bytes"]), tx_link=dict(cum["tx_link"]),
+                                tx_bytes_link=dict(cum["tx_bytes_link"]))
+                reports[n].append((recs[-1]["t"], incs))
+            if sc.capacity:
+                caps = {"routes": TABLES["routes"], "peers": TABLES["peers"], "depth": 12}
+                used = {"routes": crng.randint(0, caps["routes"] - 8), "peers": crng.randint(1, caps["peers"] - 2),
+                        "depth": crng.randint(1, 6)}
+                if n == cap_routes:
+                    used["routes"] = caps["routes"]
+                    cum["refused"]["routes"] += crng.randint(1, 5)
+                if n == cap_peers and t > T * 0.7:
+                    cum["refused"]["peers"] += 1
+                recs[-1]["capacity"] = dict((k, [used[k], caps[k], cum["refused"][k]]) for k in caps)
+                cs = cap_state.setdefault(n, {})
+                for k in caps:
+                    # refused counts since boot: the sum of every generation's last value
+                    c = cs.setdefault(k, {"max": 0, "done": 0, "last": 0, "capacity": caps[k]})
+                    c["max"] = max(c["max"], used[k])
+                    if fresh:
+                        c["done"] += c["last"]
+                    c["last"] = cum["refused"][k]
             t += sc.counters_interval
     truth["drops_by_reason"] = totals["drops"]
     truth["evictions_by_table"] = totals["evictions"]
@@ -375,6 +433,17 @@ def generate(g, seed, scenario=None):
     truth["verify_done"] = totals["verify_done"]
     truth["verify_skipped"] = totals["verify_skipped"]
     truth["table_occupancy_max"] = occ_max
+    if sc.capacity:
+        warn = []
+        for n in nodes:
+            for k, c in sorted(cap_state.get(n, {}).items()):
+                refused = c["done"] + c["last"]
+                full = k in ("routes", "peers", "depth") and c["max"] >= c["capacity"]
+                if refused or full:
+                    warn.append({"node": n, "name": name_of[n], "table": k, "used": c["max"],
+                                 "capacity": c["capacity"], "refused": refused})
+        truth["capacity_warnings"] = warn
+    truth["_counter_reports"] = reports
 
     # probes: pings and traces along generated paths
     pred_cache = {}
@@ -479,3 +548,28 @@ def corrupt(records, rng, per_kind=2):
         add(json.dumps(r), "bad_key:node")
         add("".join(chr(rng.randint(0x80, 0xff)) for _ in range(40)), "not_json")
     return lines, reasons
+
+
+def control_truth(truth, window_start, exclude=("traffic",)):
+    """Steady-state control bytes as docs/PIPELINE.md defines them, from the
+    generator's own per-report increases: per node, from its first counters
+    report at or after `window_start` (t_a) to its last (t_b), the bytes of
+    every frame type but `exclude` reported after t_a, over t_b - t_a.
+    Returns (mean over nodes, {node: rate}, {type: mean rate})."""
+    rates, by_type = {}, {}
+    for n, reps in truth["_counter_reports"].items():
+        reps = [r for r in reps if r[0] >= window_start]
+        if len(reps) < 2 or reps[-1][0] <= reps[0][0]:
+            continue
+        span = reps[-1][0] - reps[0][0]
+        per = {}
+        for _t, incs in reps[1:]:
+            for k, v in incs.items():
+                if k not in exclude:
+                    per[k] = per.get(k, 0) + v
+        rates[n] = sum(per.values()) / span
+        for k, v in per.items():
+            by_type.setdefault(k, {})[n] = v / span
+    mean = sum(rates.values()) / len(rates) if rates else None
+    types = dict((k, sum(d.get(n, 0.0) for n in rates) / len(rates)) for k, d in by_type.items())
+    return mean, rates, types

@@ -323,13 +323,21 @@ def test_a_malformed_lines_are_counted_and_set_aside(scen_a):
 
 def test_a_tables_and_time_series(scen_a):
     s, out, recs, _t, _r = scen_a
-    for name in ("states", "peer_links", "probes", "routes", "counters", "events"):
-        parts = glob.glob(os.path.join(out, name, "run_minute=*"))
-        assert parts, name
-    states = pd.read_parquet(os.path.join(out, "states"))
-    assert len(states) == sum(1 for r in recs if r["kind"] == "state")
-    routes = pd.read_parquet(os.path.join(out, "routes"))
-    assert len(routes) == sum(len(r["path"]) for r in recs if r["kind"] == "probe" and r["path"])
+    # every valid record once in telemetry/, partitioned by day and kind; no rejects there
+    kinds = sorted(set(r["kind"] for r in recs))
+    parts = sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, "telemetry", "day=*", "kind=*")))
+    assert parts == ["kind=" + k for k in kinds]
+    assert glob.glob(os.path.join(out, "telemetry", "day=1970-01-01"))
+    assert glob.glob(os.path.join(out, "probes", "day=1970-01-01", "*.parquet"))
+    tele = pd.read_parquet(os.path.join(out, "telemetry"))
+    assert len(tele) == len(recs) == s["records"]
+    for k in kinds:
+        assert (tele["kind"] == k).sum() == sum(1 for r in recs if r["kind"] == k), k
+    assert tele["reason"].isna().all() and tele["raw"].isna().all()
+    assert sorted(tele[tele["kind"] == "state"]["t"]) == sorted(r["t"] for r in recs if r["kind"] == "state")
+    probes = tele[tele["kind"] == "probe"]
+    assert sum(len(p) for p in probes["path"] if p is not None) == \
+        sum(len(r["path"]) for r in recs if r["kind"] == "probe" and r["path"])
     conv = pd.read_parquet(os.path.join(out, "convergence.parquet")).sort_values("t_s")
     # the series agrees with the held times: false just before, true ever after
     for flag, key in (("tree_agreed", "tree_converged_s"), ("snake_all_correct", "snake_converged_s")):
@@ -484,7 +492,14 @@ def scen_sim(spark, tmp_path_factory):
         recs = [json.loads(line) for line in f]
     with open(str(d / "sim" / "truth.json")) as f:
         truth = json.load(f)
-    s = run_analyze(spark, [str(d / "sim" / "telemetry.jsonl")], str(d / "out"))
+    # the simulator's output folder as it is (telemetry.jsonl beside topology.txt
+    # and truth.json), through the CLI with --report (issue 16)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = cli.main(["analyze", str(d / "sim"), "--out", str(d / "out"), "--report", "-q"])
+    assert rc == 0
+    with open(str(d / "out" / "summary.json")) as f:
+        s = json.load(f)
     return s, str(d / "out"), recs, truth
 
 
@@ -522,6 +537,21 @@ def test_sim_results_equal_ground_truth(scen_sim):
     assert s["ping_delivery_ratio"] < 1.0  # pings across the partition and to the crashed node fail
 
 
+def test_sim_folder_side_files_are_used_not_read_as_telemetry(scen_sim):
+    s, out, recs, truth = scen_sim
+    assert s["input_files"] == 1 and s["rejected_records"] == 0 and s["skipped_files"] == []
+    gt = s["ground_truth"]
+    assert gt["source"].endswith("truth.json") and gt["nodes"] == 26
+    assert gt["delivery_ratio"] == truth["summary"]["delivery_ratio"]
+    assert gt["converged_at_end"] == truth["summary"]["converged_at_end"]
+    with open(os.path.join(out, "nodes.json")) as f:
+        rows = json.load(f)["nodes"]
+    names = dict((k, n) for n, k in truth["nodes"].items())
+    assert sorted(r["name"] for r in rows) == sorted(names.values())
+    assert all(r["name"] == names[r["node"]] for r in rows)
+    assert os.path.isfile(os.path.join(out, "report", "index.html"))
+
+
 def test_sim_convergence_matches_the_simulators_own_truth(scen_sim):
     """The simulator checks convergence on the routers every 250 ms; the
     telemetry samples state every 1 s, so each time the pipeline finds is the
@@ -556,6 +586,7 @@ def test_file_without_valid_records_is_an_error(spark, tmp_path):
     with pytest.raises(InputError) as e:
         run_analyze(spark, [str(good), str(p)], str(tmp_path / "out"))
     assert "cut.jsonl" in e.value.message and "no valid telemetry records" in e.value.message
+    assert e.value.message.startswith(str(p) + ": ")      # a path, not `///...` (issue 16)
     assert not os.path.exists(str(tmp_path / "out"))
     assert not [x for x in os.listdir(str(tmp_path)) if "partial" in x]
 
@@ -569,3 +600,85 @@ def test_existing_unrelated_folder_is_not_overwritten(spark, tmp_path):
     with pytest.raises(InputError):
         run_analyze(spark, [str(src)], str(out))
     assert (out / "precious.txt").read_text() == "keep me"
+
+
+# -- scenario D: monitor-like capture: no topology records, counters with the
+#    issue 14/15 fields (tx_bytes, capacity), state `profile`, `port` --------------------
+
+@pytest.fixture(scope="module")
+def scen_d(spark, tmp_path_factory):
+    d = tmp_path_factory.mktemp("scen_d")
+    g = ts.load_topology(os.path.join(TOPO, "sim.txt"))
+    sc = ts.Scenario(duration=150.0, emit_topology=False, peers_interval=5.0, control=True, capacity=True,
+                     profile="ESP32_GENERIC", port=True)
+    recs, truth = ts.generate(g, 4, sc)
+    ts.write_jsonl(str(d / "capture.jsonl"), recs)
+    s = run_analyze(spark, [str(d / "capture.jsonl")], str(d / "out"))
+    return s, str(d / "out"), recs, truth
+
+
+def test_d_control_bytes_steady_state(scen_d):
+    s, _out, recs, truth = scen_d
+    assert s["snake_converged_s"] is not None
+    t0 = min(r["t"] for r in recs)
+    start = t0 + s["snake_converged_s"] + 30.0
+    mean, rates, types = ts.control_truth(truth, start)
+    assert len(rates) == 26 and mean > 0
+    w = s["control_bytes_window"]
+    assert w["basis"] == "snake_converged+30s" and w["nodes"] == 26
+    assert approx(w["start_s"], s["snake_converged_s"] + 30.0)
+    assert approx(s["control_bytes_per_node_s"], mean)
+    busiest = max(rates, key=lambda n: rates[n])
+    assert s["control_bytes_busiest"]["node"] == busiest
+    assert approx(s["control_bytes_busiest"]["bytes_per_s"], rates[busiest])
+    assert set(s["control_bytes_by_type"]) == set(types) == set(ts.FRAME_TYPES) - {"traffic"}
+    for k, v in types.items():
+        assert approx(s["control_bytes_by_type"][k], v), k
+    # the restarted node's counters reset: counted as a new series, not as a negative increase
+    with open(os.path.join(_out, "nodes.json")) as f:
+        rows = dict((r["node"], r) for r in json.load(f)["nodes"])
+    assert rows[truth["restart_node"]]["restarts"] == 1
+    assert approx(rows[busiest]["control_bytes_per_s"], rates[busiest])
+
+
+def test_d_capacity_warnings(scen_d):
+    s, _out, _recs, truth = scen_d
+    want = [dict(w, name=None) for w in truth["capacity_warnings"]]   # no topology records: no names
+    assert s["capacity_warnings"] == want
+    assert set((w["node"], w["table"]) for w in want) == {
+        (truth["capacity_nodes"]["routes"], "routes"), (truth["capacity_nodes"]["peers"], "peers")}
+
+
+def test_d_nodes_json_for_the_dashboard(scen_d):
+    """nodes.json: one row per node, absent values are null (JSON), never NaN:
+    a `monitor` capture has no names (issue 16: the report labelled such
+    nodes "nan")."""
+    s, out, recs, truth = scen_d
+    with open(os.path.join(out, "nodes.json")) as f:
+        text = f.read()
+    assert "NaN" not in text
+    doc = json.loads(text)
+    rows = doc["nodes"]
+    assert len(rows) == s["nodes"] == 26
+    ports = dict((r["node"], r["port"]) for r in recs)
+    last_peers = dict((r["node"], r["peers"]) for r in recs if r["kind"] == "state")
+    for r in rows:
+        assert r["name"] is None
+        assert r["profile"] == "ESP32_GENERIC"
+        assert r["port"] == ports[r["node"]]
+        assert r["snake_ok"] is True and r["root_ok"] is True and r["down_at_end"] is False
+        assert r["silent_s"] is not None and r["silent_s"] < 10
+        assert r["peers"] == last_peers[r["node"]] >= 1
+        assert sum(r["links"].values()) == r["peers"]
+        assert r["drops_total"] == sum(r["drops"].values())
+        assert r["rx_total"] > 0 and r["mem_free"] is not None
+        assert set(r["capacity"]) == {"routes", "peers", "depth"}
+    drops = {}
+    for r in rows:
+        for k, v in r["drops"].items():
+            drops[k] = drops.get(k, 0) + v
+    assert drops == truth["drops_by_reason"] == s["drops_by_reason"]
+    warned = set((r["node"], t) for r in rows for t in r["capacity_warnings"])
+    assert warned == set((w["node"], w["table"]) for w in s["capacity_warnings"])
+    flagged = [r["node"] for r in rows if "flapping_parent" in r["anomalies"]]
+    assert flagged == [truth["flap_parent_node"]]

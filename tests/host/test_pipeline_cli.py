@@ -2,6 +2,7 @@
 through the real CLI (one line, non-zero exit, no traceback, no output), the
 topology rules, and the synthetic generator's own consistency."""
 import gzip
+import json
 import os
 import subprocess
 import sys
@@ -77,17 +78,69 @@ def test_cli_bad_topology_and_report_errors(tmp_path):
     assert_one_line_error(res, "not a `snakemesh analyze` output")
 
 
+REC = '{"v":1,"kind":"event","t":0.5,"node":"%s","event":"peer_up","detail":""}\n' % ("ab" * 32)
+
+
 def test_resolve_inputs(tmp_path):
     (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "x.jsonl").write_text("{}\n")
+    (tmp_path / "a" / "x.jsonl").write_text(REC)
     (tmp_path / "a" / "notes.md").write_text("hi\n")
-    (tmp_path / "a" / ".hidden.jsonl").write_text("{}\n")
-    (tmp_path / "b.ndjson").write_text("{}\n")
+    (tmp_path / "a" / ".hidden.jsonl").write_text(REC)
+    (tmp_path / "b.ndjson").write_text(REC)
     files, remote = inputs.resolve([str(tmp_path / "a"), str(tmp_path / "*.ndjson"), "hdfs://nn/x/*.jsonl"])
     assert [os.path.basename(f) for f in files] == ["x.jsonl", "b.ndjson"]
     assert remote == ["hdfs://nn/x/*.jsonl"]
     with pytest.raises(InputError):
         inputs.resolve([])
+
+
+def test_folder_scan_reads_only_telemetry_and_finds_side_files(tmp_path):
+    """issue 16: `snakemesh sim --out X` writes topology.txt, truth.json and
+    telemetry.jsonl (mesh/demo: nodes.json too); the folder scan read them
+    all as telemetry and failed on topology.txt."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "telemetry.jsonl").write_text(REC)
+    (run / "topology.txt").write_text("a b c\nc d @ble\n")
+    (run / "truth.json").write_text(json.dumps({"nodes": {"a": "ab" * 32}}, indent=1))
+    (run / "nodes.json").write_text(json.dumps({"a": {"key": "ab" * 32, "console": "/dev/pts/9"}}, indent=1))
+    (run / "readme.txt").write_text("a run of the demo\n")
+    (run / "pretty.json").write_text(json.dumps({"v": 1, "kind": "state"}, indent=2))
+    (run / "console.log").write_text("MicroPython banner\n@sm " + REC)
+    (run / "big.jsonl").write_text('{"edges":[' + ",".join(['["%s","%s","wifi"]' % ("0" * 64, "1" * 64)] * 200)
+                                   + '],"kind":"topology","t":0,"v":1}\n')
+    res = inputs.resolve([str(run)])
+    assert sorted(os.path.basename(f) for f in res.files) == ["big.jsonl", "console.log", "telemetry.jsonl"]
+    assert [os.path.basename(f) for f in res.console] == ["console.log"]
+    assert sorted(os.path.basename(p) for p, _why in res.skipped) == ["pretty.json", "readme.txt"]
+    for name in ("topology.txt", "truth.json", "nodes.json"):
+        assert res.side[name] == [str(run / name)]
+    # the telemetry file named on its own still brings the files beside it
+    res = inputs.resolve([str(run / "telemetry.jsonl")])
+    assert res.side["truth.json"] == [str(run / "truth.json")] and not res.skipped
+    # a file named explicitly that is not telemetry is a clear error, not rejected lines
+    with pytest.raises(InputError) as e:
+        inputs.resolve([str(run / "topology.txt")])
+    assert "not telemetry" in e.value.message and "--topology" in e.value.message
+    with pytest.raises(InputError) as e:
+        inputs.resolve([str(run / "truth.json")])
+    assert "not telemetry" in e.value.message
+    # a folder with nothing but side files
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "topology.txt").write_text("a b\n")
+    (only / "notes.txt").write_text("x\n")
+    with pytest.raises(InputError) as e:
+        inputs.resolve([str(only)])
+    assert "no telemetry files" in e.value.message
+
+
+def test_source_paths_have_no_uri_prefix():
+    """issue 16: paths printed as `///tmp/...` (the `file:` of Spark's file
+    URI stripped, the slashes left)."""
+    assert inputs.source_path("file:///tmp/run/a.jsonl") == "/tmp/run/a.jsonl"
+    assert inputs.source_path("file:/tmp/run/a%20b.jsonl") == "/tmp/run/a b.jsonl"
+    assert inputs.source_path("hdfs://nn/x.jsonl") == "hdfs://nn/x.jsonl"
 
 
 def test_topology_rules(tmp_path):

@@ -213,6 +213,7 @@ def test_telemetry_records_valid(run_dir):
     # state once per second per running node; counters every 5 s
     states = [r for r in recs if r["kind"] == "state"]
     assert set(r["t"] for r in states) == set(float(i) for i in range(1, 41))
+    assert set(r["profile"] for r in states) == {truth["params"]["profile"]["name"]}  # contract 3
     per_t = {}
     for r in states:
         per_t.setdefault(r["t"], set()).add(r["node"])
