@@ -371,9 +371,10 @@ def _run(spark, res, info, out, topology_file, opts, say):
     say("%d nodes, topology from %s (%d epoch%s)"
         % (len(nodes), topo_source, len(epochs), "" if len(epochs) == 1 else "s"))
     epoch = convergence.epoch_col(boundaries)
-    (metrics.probes(valid.where(F.col("kind") == "probe"), epoch, dist_df)
-     .write.mode("overwrite").partitionBy("day").parquet(out.path("probes")))
-    pr = spark.read.parquet(out.path("probes"))
+    pr = metrics.probes(valid.where(F.col("kind") == "probe"), epoch, dist_df)
+    pr.write.mode("overwrite").partitionBy("day").parquet(out.path("probes"))
+    # with the schema: a run without probes writes no Parquet file to infer it from
+    pr = spark.read.schema(pr.schema).parquet(out.path("probes"))
     lap("topology_probes")
 
     # -- 4. convergence, probe figures, activity: one job -------------------------------
