@@ -34,6 +34,7 @@ FIGURES = (
     (6, "f6_control"),
     (7, "f7_sim_scale"),
     (8, "f8_pipeline"),
+    (9, "f9_sim_accept"),
 )
 
 
@@ -47,9 +48,9 @@ def parse_only(values):
             try:
                 n = int(part)
             except ValueError:
-                raise SystemExit("bench: --only takes figure numbers 1..8, got %r" % part)
+                raise SystemExit("bench: --only takes figure numbers 1..%d, got %r" % (len(FIGURES), part))
             if n not in dict(FIGURES):
-                raise SystemExit("bench: no figure %d (figures are 1..8)" % n)
+                raise SystemExit("bench: no figure %d (figures are 1..%d)" % (n, len(FIGURES)))
             out.add(n)
     return out
 

@@ -48,13 +48,20 @@ class Engine:
         pop = heapq.heappop
         n = 0
         try:
-            while heap and heap[0][0] <= t_us:
-                t, _, fn, a, b = pop(heap)
-                self.now = t
-                fn(a, b)
-                n += 1
-                if stop is not None and stop():
-                    return True
+            if stop is None:
+                while heap and heap[0][0] <= t_us:
+                    t, _, fn, a, b = pop(heap)
+                    self.now = t
+                    fn(a, b)
+                    n += 1
+            else:
+                while heap and heap[0][0] <= t_us:
+                    t, _, fn, a, b = pop(heap)
+                    self.now = t
+                    fn(a, b)
+                    n += 1
+                    if stop():
+                        return True
         finally:
             self.events_run += n
         if t_us > self.now:

@@ -38,6 +38,8 @@ Model (all times virtual):
   reproducible bit for bit.
 """
 import collections
+import functools
+import heapq
 import os
 import sys
 
@@ -194,6 +196,7 @@ class Mesh:
         self._topo_version = 0
         self._patched = None
         self._verify_memo = None
+        self._cap = None
         self.verify_memo = verify_memo     # share signature checks between nodes (VerifyMemo)
         self.peers_every_sample = False    # True: router.peers() at every sample (tests)
         self._truth = None
@@ -259,8 +262,7 @@ class Mesh:
         inc = n.incarnation
         mesh = self
 
-        def tx(port, buf, length, n=n):
-            return mesh._tx(n, port, buf, length)
+        tx = functools.partial(self._tx, n)     # the hot path: no Python frame of its own
 
         def deliver(src_key, payload, n=n, inc=inc):
             if n.incarnation == inc:
@@ -288,11 +290,13 @@ class Mesh:
     def _tick(self, n, inc):
         if n.incarnation != inc or not n.alive:
             return
+        eng = self.engine
         try:
-            n.router.tick(self._now_ms())
+            n.router.tick((eng.now // US_PER_MS + self.tick_base_ms) & TICKS_MASK)
         except Exception as e:
             self._router_exception(n, "tick", e)
-        self.engine.at(self.engine.now + self.tick_us, self._tick, n, inc)
+        eng._seq += 1                   # = eng.at(now + tick, ...) without the call
+        heapq.heappush(eng._heap, (eng.now + self.tick_us, eng._seq, self._tick, n, inc))
 
     # ------------------------------------------------------------------ links
     def _schedule_connect(self, link, delay_us):
@@ -451,7 +455,8 @@ class Mesh:
             self.stats["tx_no_link"] += 1
             return False
         eng = self.engine
-        arrive = ep.schedule(eng.now, length)
+        now = eng.now
+        arrive = ep.schedule(now, length)
         if arrive < 0:
             self.stats["queue_full"] += 1
             return False
@@ -466,7 +471,11 @@ class Mesh:
         if ep.loss and self.rng.random() < ep.loss:
             st["lost"] += 1
             return True
-        eng.at(arrive, self._arrive, ep, bytes(memoryview(buf)[:length]))
+        # a copy of the frame (the router reuses buf); = eng.at(arrive, ...)
+        frame = buf[:length] if type(buf) is bytearray else bytes(memoryview(buf)[:length])
+        eng._seq += 1
+        heapq.heappush(eng._heap, (arrive if arrive > now else now, eng._seq, self._arrive, ep,
+                                   frame))
         return True
 
     def _arrive(self, ep, frame):
@@ -944,10 +953,11 @@ class Mesh:
             if not n.alive:
                 continue
             r = n.router
-            # the peer list changes only with the node's links and the
-            # announcements it receives (peers_dirty); checked in full at
-            # every counters sample as well
-            check = n.peers_dirty or do_counters or self.peers_every_sample
+            # a router's peer list (ports up, each peer's last announced
+            # root and sequence) changes only with its links and the
+            # announcements it receives: peers_dirty (test_sim_profiles checks
+            # the records equal those of reading it at every sample)
+            check = n.peers_dirty or self.peers_every_sample
             try:
                 snap = r.snapshot()
                 peers = TM.peers_list(r, lambda n=n: self._sim_peers(n)) if check else None
@@ -984,6 +994,65 @@ class Mesh:
                        "transitions": [], "events": [],
                        "snake_first": None, "snake": None, "snake_transitions": []}
         self.engine.at(self.engine.now, self._truth_check, int(interval_ms * US_PER_MS), None)
+
+    def track_capacity(self, interval_s=5.0):
+        """Read every running node's ``router.capacity()`` ({table: [used,
+        capacity, refused]}) every interval_s of virtual time and at
+        ``capacity_warnings()``; see there."""
+        self._cap = {}
+        step = max(1, int(round(interval_s * US_PER_S)))
+        self.engine.at(self.engine.now, self._capacity_check, step, None)
+
+    def _capacity_check(self, step, _):
+        self._capacity_read()
+        self.engine.at(self.engine.now + step, self._capacity_check, step, None)
+
+    def _capacity_read(self):
+        cap = self._cap
+        for n in self._nodes:
+            r = n.router
+            if not n.alive or r is None or not hasattr(r, "capacity"):
+                continue
+            try:
+                tables = r.capacity()
+            except Exception as e:
+                self._router_exception(n, "capacity", e)
+                continue
+            for table, v in tables.items():
+                used, capacity, refused = v[0], v[1], v[2]
+                k = (n.index, table)
+                st = cap.get(k)
+                if st is None:
+                    # [last used, capacity, refused growth, last refused, full seen]
+                    st = cap[k] = [used, capacity, 0, 0, False]
+                if refused >= st[3]:
+                    st[2] += refused - st[3]
+                else:                       # a restart reset the counter: a new series
+                    st[2] += refused
+                st[3] = refused
+                st[0] = used
+                st[1] = capacity
+                if used >= capacity:
+                    st[4] = True
+
+    def capacity_warnings(self):
+        """analyze's `capacity_warnings` rule (docs/CAPACITY.md) from the
+        simulator's own readings (track_capacity): every node and table whose
+        `refused` grew during the run or whose `used` reached `capacity` at
+        a reading: [{"node", "name", "table", "used", "capacity",
+        "refused"}] (used = last reading, refused = growth over the run),
+        in node then table order."""
+        if getattr(self, "_cap", None) is None:
+            return None
+        self._capacity_read()
+        out = []
+        for (idx, table) in sorted(self._cap):
+            used, capacity, grown, _, full = self._cap[(idx, table)]
+            if grown > 0 or full:
+                n = self._nodes[idx]
+                out.append({"node": n.hex, "name": n.name, "table": table, "used": used,
+                            "capacity": capacity, "refused": grown})
+        return out
 
     @property
     def convergence(self):
@@ -1078,6 +1147,9 @@ class Mesh:
         return self._plat_rng.randbytes(n)
 
 
+from hashlib import blake2b as _blake2b
+
+
 class VerifyMemo:
     """snake.crypto.verify with memory, shared by every node of a mesh.
 
@@ -1088,6 +1160,8 @@ class VerifyMemo:
     simulator's time. verify is a pure function, so answering a repeated
     triple from memory changes no outcome: every router still makes the
     same call and counts it (verify_done / verify_cached) as before.
+    A triple is remembered by a 128-bit BLAKE2b digest of key, signature
+    and message (messages of deep announcements run to kilobytes).
     Bounded: two generations of `size` entries (a hit in the older one
     moves to the newer one; when the newer one is full the older one is
     dropped)."""
@@ -1105,7 +1179,7 @@ class VerifyMemo:
         try:
             if len(pub) != 32 or len(sig) != 64:
                 raise TypeError
-            key = b"".join((pub, sig, msg))
+            key = _blake2b(b"".join((pub, sig, msg)), digest_size=16).digest()
         except TypeError:               # not bytes-like: the real check says why
             self.backend += 1
             return self.verify(pub, msg, sig)

@@ -97,6 +97,7 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
         if telemetry:
             mesh.start_sampling(state_interval, counters_interval)
         mesh.track_convergence(truth_interval_ms)
+        mesh.track_capacity(counters_interval)
         S.schedule(mesh, events)
         end_us = int(round(duration * US_PER_S))
         chunk = max(US_PER_S, end_us // 20)
@@ -122,6 +123,7 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
     conv = mesh.convergence
     stretch, stretch_pairs, _ = P.first_message_stretch(probes)
     ratio = mesh.snake_correct_ratio()
+    warnings = mesh.capacity_warnings()
     counts = {}
     for name in mesh.nodes:
         label = node_labels.get(name, mesh.profile.name)
@@ -134,6 +136,7 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
         "first_convergence_s": conv["first"],
         "converged_s": conv["held_from"],
         "converged_at_end": mesh.converged(),
+        "snake_first_s": conv["snake_first"],
         "snake_converged_s": conv["snake_held_from"],
         "snake_correct_ratio_final": round(ratio, 4) if ratio is not None else None,
         "probes": len(probes),
@@ -142,6 +145,9 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
         "delivery_ratio": round(ok / len(probes), 4) if probes else None,
         "first_message_stretch": round(stretch, 4) if stretch is not None else None,
         "first_message_pairs": stretch_pairs,
+        "capacity_warnings": len(warnings) if warnings is not None else None,
+        "capacity_warning_nodes": (len(set(w["node"] for w in warnings))
+                                   if warnings is not None else None),
         "telemetry_records": writer.count,
         "events_run": mesh.engine.events_run,
     }
@@ -165,6 +171,7 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
         "sim_stats": dict(mesh.stats),
         "sim_events": [list(e) for e in mesh.events if e[2] in ("router_exception", "scenario_error")],
         "router_events": dict(sorted(mesh.router_events.items())),
+        "capacity_warnings": warnings,
         "summary": summary,
     }
     with open(os.path.join(out, "truth.json"), "w", encoding="utf-8", newline="\n") as f:
@@ -224,8 +231,14 @@ def summary_line(s):
         deliv = "no probes"
     else:
         deliv = "delivery %.1f%% (%d/%d)" % (100.0 * s["delivery_ratio"], s["probes_ok"], s["probes"])
-    return ("sim: %d nodes, %g s virtual: %s, %s, wall %.1f s"
+    line = ("sim: %d nodes, %g s virtual: %s, %s, wall %.1f s"
             % (s["nodes"], s["duration_s"], conv, deliv, s["wall_s"]))
+    ratio = s.get("snake_correct_ratio_final")
+    if ratio is not None and ratio < 1.0:
+        line += "; %.1f%% of descending entries right at the end" % (100.0 * ratio)
+    if s.get("capacity_warnings"):
+        line += "; capacity warnings on %d nodes (truth.json)" % s["capacity_warning_nodes"]
+    return line
 
 
 def main_progress():
