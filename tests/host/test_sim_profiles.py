@@ -290,3 +290,28 @@ def test_process_mesh_gives_hub_and_node_profiles(tmp_path):
                           "d": "ESP32_GENERIC"}
         m.wait_converged(timeout=90)
         assert m.ping("a", "d").get("received") == 1
+
+
+def test_capacity_warnings_from_the_simulators_readings(tmp_path):
+    tiny = _tiny(tmp_path)
+    m = Mesh(STAR, seed=1, profile=tiny, strict=False)
+    m.track_capacity(1.0)
+    m.run(10)
+    w = m.capacity_warnings()
+    hub = [x for x in w if x["name"] == "h" and x["table"] == "peers"]
+    assert hub and hub[0]["refused"] >= 1 and hub[0]["used"] == hub[0]["capacity"] == 2
+    assert hub[0]["node"] == m.node("h").hex
+    # with a hub profile nothing is refused and no table is full
+    m = Mesh(STAR, seed=1, profile=tiny, hub_profile="UNIX")
+    m.track_capacity(1.0)
+    m.run(10)
+    assert [x for x in m.capacity_warnings() if x["table"] == "peers" and x["refused"]] == []
+    assert Mesh(STAR).capacity_warnings() is None             # not tracked
+    # the runner writes them to truth.json and counts them in the summary
+    (tmp_path / "t.txt").write_text(STAR)
+    s = runner.run(str(tmp_path / "o"), 10, topology=str(tmp_path / "t.txt"), profile=tiny,
+                   pings=0)
+    truth = json.load(open(tmp_path / "o" / "truth.json"))
+    assert s["capacity_warnings"] == len(truth["capacity_warnings"]) >= 1
+    assert {"h"} <= {x["name"] for x in truth["capacity_warnings"]}
+    assert "capacity warnings on" in runner.summary_line(dict(s, wall_s=0.0))
