@@ -338,6 +338,27 @@ def render_stats(d, wide=False, names=EMPTY):
     return "\n\n".join(out)
 
 
+def _bytes(n):
+    if not isinstance(n, (int, float)):
+        return "-"
+    return "%s B (%s KiB)" % (num(int(n)), num(round(n / 1024.0, 1)))
+
+
+def render_mem(d, wide=False, names=EMPTY):
+    """`mem`: the heap (total, used, free, largest free block) and what the
+    parts of the node took, measured at boot."""
+    pairs = [(k, _bytes(d[k])) for k in ("heap", "used", "free", "largest_free") if k in d]
+    pairs += [(k, fmt(d[k])) for k in sorted(d) if k not in ("heap", "used", "free", "largest_free", "parts")]
+    text = kv(pairs)
+    parts = d.get("parts")
+    if isinstance(parts, dict) and parts:
+        total = sum(v for v in parts.values() if isinstance(v, (int, float)))
+        rows = [[k, num(v), pct(v, total)] for k, v in sorted(parts.items(), key=lambda kv_: -(kv_[1] or 0))]
+        text += "\nheap by part (measured at boot):\n" + indent(table(["PART", "BYTES", "SHARE"], rows,
+                                                                       right=(1, 2)))
+    return text
+
+
 def render_help(d, wide=False, names=EMPTY):
     return "commands: " + " ".join(d.get("commands") or [])
 
@@ -385,7 +406,7 @@ def render_trace(d, wide=False, names=EMPTY, header=None, reached=None):
 
 RENDERERS = {"status": render_status, "peers": render_peers, "tree": render_tree,
              "snake": render_snake, "routes": render_routes, "stats": render_stats,
-             "help": render_help, "version": render_version, "telemetry": render_telemetry,
+             "mem": render_mem, "help": render_help, "version": render_version, "telemetry": render_telemetry,
              "ping": render_ping, "trace": render_trace}
 
 

@@ -48,8 +48,9 @@ def register(subparsers):
              "tree": "spanning-tree position: root, parent, coordinates, ancestors",
              "snake": "virtual snake: descending neighbour",
              "routes": "snake routing table",
-             "stats": "counters: frames, drops, verifications, tables, memory"}
-    for name in ("status", "peers", "tree", "snake", "routes", "stats"):
+             "stats": "counters: frames, drops, verifications, tables, memory",
+             "mem": "the node's heap: used, free, largest free block, heap per part"}
+    for name in ("status", "peers", "tree", "snake", "routes", "stats", "mem"):
         p = subparsers.add_parser(name, help=helps[name], description=helps[name])
         _common(p)
         p.set_defaults(func=run_query, query=name)

@@ -73,8 +73,11 @@ def test_prompt_history_prefix_and_events(pair, env, tmp_path):
                         "\nlinks and handshakes\n", "\ntables\n", "\nmemory\n"):
             assert section in body, body
         assert "handshake failures: none" in body
-        # history: up-arrow twice brings back the ping
-        t.send("\x1b[A\x1b[A\r")
+        t.sendline("mem")
+        t.expect(r"heap +\d+ B \([\d.]+ KiB\)\n(.*\n)*heap by part \(measured at boot\):\n +PART +BYTES +SHARE\n"
+                 r"(.*\n)+" + prompt)
+        # history: up-arrow three times brings back the ping
+        t.send("\x1b[A\x1b[A\x1b[A\r")
         t.expect(r"ping %s 2\n" % b.pubkey[:8])
         t.expect(r"2 probes sent, 2 received, 0% loss\n(.*\n)?" + prompt)
         t.sendline("trace 81zz")
@@ -86,7 +89,7 @@ def test_prompt_history_prefix_and_events(pair, env, tmp_path):
         assert t.wait() == 0
     hist = open(tmp_path / "history").read().splitlines()
     ping = "ping %s 2" % b.pubkey[:8]
-    assert hist == ["status", ping, "stats", ping, "trace 81zz", "bogus", "quit"], hist
+    assert hist == ["status", ping, "stats", "mem", ping, "trace 81zz", "bogus", "quit"], hist
 
 
 def test_names_completion_and_json(pair, env, tmp_path):

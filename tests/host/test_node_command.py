@@ -98,6 +98,8 @@ def test_node_prints_peers_dials_and_root_changes(tmp_path):
             assert r.returncode == 0 and "2 probes sent, 2 received, 0% loss" in r.stdout, (r.stdout, r.stderr)
             r = cli("peers", "--port", con)
             assert r.returncode == 0 and KEY_B[:16] in r.stdout, r.stderr
+            r = cli("mem", "--port", con)
+            assert r.returncode == 0 and "heap by part (measured at boot):" in r.stdout, r.stderr
             a.interrupt()
             assert a.wait() == 0
             assert "stopping node %s" % KEY_A[:16] in a.text
