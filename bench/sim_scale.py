@@ -1,19 +1,20 @@
 """Virtual-time simulator at scale (a script, not a test).
 
     .venv/bin/python bench/sim_scale.py [--nodes 1000] [--duration 300] [--seed 1]
-        [--radius R] [--out DIR] [--no-telemetry] [--json]
+        [--radius R] [--profile P] [--hub-profile P] [--profile-set K=V]
+        [--hop-limit N] [--out DIR] [--no-telemetry] [--json]
 
 Generates a connected random geometric graph (mean degree ~8), runs the
 shipped router core of every node for `duration` virtual seconds with full
 telemetry (state every 1 s, counters every 5 s) and 20 ping pairs x 3 at
-half time, and reports wall time, peak RSS (resource.getrusage), events,
-frames, telemetry size, convergence and delivery. `run()` returns the same
-dict for bench/run.py.
+half time, and reports wall time, CPU time, peak RSS
+(resource.getrusage), events, frames, telemetry size, convergence and
+delivery. `run()` returns the same dict for bench/run.py.
 
-A 1,000-node random geometric graph is ~40 hops across, deeper than the
-UNIX profile's max_hops (16) and the protocol's traffic hop limit (10), so
-by default the profile is widened (max_hops=64, frame_max=8192) and probes
-use hop limit 64; pass --profile-set/--hop-limit to change that.
+The profile is UNIX by default (max_hops 64: a 1,000-node random geometric
+graph is ~40 hops across); `--profile ESP32_GENERIC --hub-profile GATEWAY`
+is the mixed mesh of figure 7's second row. Probes use each sender's
+profile traffic_hop_limit unless --hop-limit is given.
 """
 import argparse
 import json
@@ -28,7 +29,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-DEFAULT_PROFILE_SET = {"max_hops": 64, "frame_max": 8192}
 
 
 def _dir_bytes(d):
@@ -36,7 +36,8 @@ def _dir_bytes(d):
 
 
 def run(nodes=1000, duration=300.0, seed=1, radius=None, out=None, telemetry=True,
-        profile="UNIX", profile_set=None, hop_limit=64, pings=20, progress=None):
+        profile="UNIX", profile_set=None, hop_limit=None, pings=20, progress=None,
+        hub_profile=None):
     import host_tools  # noqa: F401
     from host_tools.sim import runner
     spec = "rgg:%d" % nodes + (":%r" % radius if radius else "")
@@ -47,9 +48,8 @@ def run(nodes=1000, duration=300.0, seed=1, radius=None, out=None, telemetry=Tru
     cpu0 = time.process_time()
     try:
         s = runner.run(out, duration, seed=seed, generate=spec, profile=profile,
-                       profile_set=DEFAULT_PROFILE_SET if profile_set is None else profile_set,
-                       hop_limit=hop_limit, pings=pings, telemetry=telemetry,
-                       progress=progress)
+                       profile_set=profile_set, hop_limit=hop_limit, pings=pings,
+                       telemetry=telemetry, progress=progress, hub_profile=hub_profile)
         wall = time.monotonic() - t0
         cpu = time.process_time() - cpu0
         with open(os.path.join(out, "truth.json")) as f:
@@ -73,8 +73,10 @@ def run(nodes=1000, duration=300.0, seed=1, radius=None, out=None, telemetry=Tru
         "probes": s["probes"], "probes_ok": s["probes_ok"],
         "delivery_ratio": s["delivery_ratio"],
         "router_exceptions": st.get("router_exceptions", 0),
-        "profile_set": DEFAULT_PROFILE_SET if profile_set is None else profile_set,
-        "hop_limit": hop_limit,
+        "profile": profile, "hub_profile": hub_profile, "profiles": s["profiles"],
+        "profile_set": profile_set, "hop_limit": hop_limit,
+        "snake_correct_ratio_final": s["snake_correct_ratio_final"],
+        "snake_converged_s": s["snake_converged_s"],
     }
 
 
@@ -87,8 +89,9 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="keep the outputs here (default: a temp dir, deleted)")
     p.add_argument("--no-telemetry", action="store_true")
     p.add_argument("--profile", default="UNIX")
+    p.add_argument("--hub-profile", default=None)
     p.add_argument("--profile-set", action="append", default=None, metavar="KEY=VALUE")
-    p.add_argument("--hop-limit", type=int, default=64)
+    p.add_argument("--hop-limit", type=int, default=None)
     p.add_argument("--json", action="store_true", help="print one JSON object only")
     a = p.parse_args(argv)
     ps = None
@@ -101,7 +104,7 @@ def main(argv=None):
             except ValueError:
                 ps[k] = v
     r = run(a.nodes, a.duration, a.seed, a.radius, a.out, not a.no_telemetry, a.profile, ps,
-            a.hop_limit, progress=None if a.json else sys.stderr)
+            a.hop_limit, progress=None if a.json else sys.stderr, hub_profile=a.hub_profile)
     if a.json:
         print(json.dumps(r, sort_keys=True))
     else:

@@ -35,8 +35,13 @@ def t_seconds(t_us):
     return (t_us // 1000) / 1000.0
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
 def dumps(rec):
-    return json.dumps(rec, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    """Canonical JSON of a record (= json.dumps(rec, sort_keys=True,
+    separators=(",", ":"), ensure_ascii=True), with one encoder for all)."""
+    return _ENCODER.encode(rec)
 
 
 def record(kind, t_us, node, fields):
