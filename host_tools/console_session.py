@@ -101,8 +101,8 @@ class Session(object):
             end = time.monotonic() + timeout
             while not ev.wait(0.1):
                 if time.monotonic() >= end:
-                    raise TimeoutError_("timeout: no reply to '%s' from %s within %g s"
-                                        % (text.split()[0], self.c.port, timeout))
+                    # the client's own diagnosis: silence, garbage on the line, ...
+                    raise self.c._timeout_error(text.split()[0], timeout)
             if self.error is not None:
                 raise self.error
             return self.waiting[rid][1]

@@ -228,7 +228,9 @@ def test_console_json_from_a_pipe(pty_node, monkeypatch, capfd):
 
 
 @pytest.mark.parametrize("mode,rc,msg", [
-    ("silent", 4, "timeout: no reply to 'status' from {port} within 1 s"),
+    ("silent", 4, "timeout: no reply to 'status' from {port} within 1 s (is the snakemesh firmware running? "
+                  "reset the board or retry with a larger --timeout)"),
+    ("garbage", 3, "no snakemesh console on {port} (garbage on the line)"),
     ("repl", 3, "board on {port} is in the MicroPython REPL, not running snakemesh; press Ctrl-D or reset it"),
 ])
 def test_console_from_a_pipe_fails_clearly(mode, rc, msg, monkeypatch, capfd):
