@@ -14,7 +14,8 @@ def register(subparsers):
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="telemetry file, folder or glob")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (replaced atomically)")
     p.add_argument("--master", metavar="URL", help="Spark master (default local[2]; e.g. spark://host:7077)")
-    p.add_argument("--topology", metavar="FILE", help="topology file (shared format) overriding the telemetry's")
+    p.add_argument("--topology", metavar="FILE|NAME",
+                   help="topology file, or a shipped one by name (e.g. grid4-0049), overriding the telemetry's")
     p.add_argument("--bucket", type=float, metavar="SECONDS", help="time-series bucket (default 1.0)")
     p.add_argument("--flap-threshold", type=int, metavar="N",
                    help="parent/root changes marking a node as flapping (default 5)")
@@ -60,6 +61,9 @@ def run_analyze(args):
         if not args.quiet:
             print("[%6.1fs] %s" % (time.time() - t0, msg), file=sys.stderr, flush=True)
 
+    if args.topology is not None:
+        from host_tools import topofiles
+        args.topology = topofiles.resolve(args.topology)
     s = analyze(args.inputs, args.out, master=args.master, topology_file=args.topology,
                 conf=_conf(args.conf), progress=progress, bucket=args.bucket,
                 flap_threshold=args.flap_threshold, silent_after=args.silent_after)

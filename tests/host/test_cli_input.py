@@ -84,7 +84,9 @@ def test_shipped_topology_by_name(tmp_path, capfd, monkeypatch):
 
 
 def test_unknown_topology_lists_the_shipped_ones(tmp_path, capfd):
-    for cmd in (["sim", "--duration", "1", "-q"], ["mesh"]):
+    tel = tmp_path / "t.jsonl"
+    tel.write_text("")
+    for cmd in (["sim", "--duration", "1", "-q"], ["mesh"], ["analyze", str(tel)]):
         rc, _, err = run(capfd, cmd[0], "--topology", "grid5-0049", "--out", str(tmp_path / "o"), *cmd[1:])
         assert rc == 5
         assert one_error(err) == ("no such topology: grid5-0049 (not a file, and not one of the shipped "
