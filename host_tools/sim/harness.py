@@ -132,14 +132,15 @@ class Mesh:
     def __init__(self, topology, seed=1, profile=None, link_defaults=None, telemetry=None,
                  crash_detect_ms=0, reconnect_ms=2000, start_spread_ms=500, tick_ms=250,
                  tick_base_ms=0, probe_timeout_ms=5000, hop_limit=None, strict=True,
-                 router_class=None, hub_profile=None, node_profiles=None, verify_memo=True):
+                 router_class=None, hub_profile=None, node_profiles=None, verify_memo=True,
+                 joins=()):
         self.topology = as_topology(topology)
         self.seed = seed
         self.profile = load_profile(profile)
         adj = self.topology.adjacency()
         try:
             specs = PR.assign(self.topology.names, lambda x: len(adj[x]), self.profile,
-                              hub_profile, node_profiles)
+                              hub_profile, node_profiles, joins)
         except PR.ProfileSpecError as e:
             raise MeshError(str(e))
         loaded = {}
@@ -150,6 +151,14 @@ class Mesh:
                 loaded[k] = load_profile(spec)
             self.node_profiles[name] = loaded[k]
         self.hub_profile = hub_profile
+        if hub_profile is not None:
+            k = hub_profile if isinstance(hub_profile, str) else id(hub_profile)
+            if k not in loaded:
+                loaded[k] = load_profile(hub_profile)
+            self._hub = loaded[k]
+        else:
+            self._hub = None
+        self._node_profile_names = set(node_profiles or ())
         try:
             check_overrides(link_defaults)
         except ValueError as e:
@@ -916,6 +925,9 @@ class Mesh:
             raise MeshError("node %s exists already" % name)
         for m in neighbours:
             self._node(m)
+        if (name not in self._node_profile_names and self._hub is not None
+                and len(set(neighbours) - {name}) > self.profile.max_peers):
+            self.node_profiles[name] = self._hub        # the hub rule, for a joining node
         with self._virtual():
             self.topology.add_node(name)
             n = self._add_node(name)

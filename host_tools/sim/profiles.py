@@ -81,15 +81,15 @@ def parse_node_profiles(items):
     return out
 
 
-def assign(names, degree, base, hub=None, node_profiles=None):
+def assign(names, degree, base, hub=None, node_profiles=None, later=()):
     """{name: profile spec} for the nodes that do not run `base` (a Profile
     or spec): the hub profile where degree(name) > base max_peers, then the
     single-node settings. `names` are the topology's nodes, `degree` maps a
-    name to its number of links. Unknown node names are a
-    ProfileSpecError."""
+    name to its number of links, `later` names nodes that join during the
+    run (a scenario's `join`). Unknown node names are a ProfileSpecError."""
     base_p = load(base)
     node_profiles = dict(node_profiles or {})
-    known = set(names)
+    known = set(names) | set(later)
     for name in sorted(node_profiles):
         if name not in known:
             raise ProfileSpecError("--node-profile: no node named %r in the topology" % name)

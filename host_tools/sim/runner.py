@@ -90,7 +90,8 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
             mesh = Mesh(topo, seed=seed, profile=prof, telemetry=writer,
                         crash_detect_ms=crash_detect_ms, link_defaults=link_defaults,
                         hop_limit=hop_limit, strict=False, hub_profile=hub_profile,
-                        node_profiles=node_profiles)
+                        node_profiles=node_profiles,
+                        joins=[ev.args[0] for ev in events if ev.action == "join" and ev.args])
         except ProfileError as e:
             raise RunError(str(e))
         mesh.keep_results = True

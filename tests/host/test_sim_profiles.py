@@ -315,3 +315,25 @@ def test_capacity_warnings_from_the_simulators_readings(tmp_path):
     assert s["capacity_warnings"] == len(truth["capacity_warnings"]) >= 1
     assert {"h"} <= {x["name"] for x in truth["capacity_warnings"]}
     assert "capacity warnings on" in runner.summary_line(dict(s, wall_s=0.0))
+
+
+def test_joining_nodes_follow_the_hub_rule_and_node_profiles(tmp_path):
+    tiny = _tiny(tmp_path)
+    m = Mesh("a b c d\n", seed=1, profile=tiny, hub_profile="UNIX",
+             node_profiles={"y": "ESP32_GENERIC"}, joins=["y"])
+    z = m.join("z", ["a", "b", "c"])                 # 3 links > TINY's 2
+    assert z.profile.name == "UNIX" and m.router("z").profile.name == "UNIX"
+    assert m.join("w", ["d"]).profile.name == "TINY"
+    assert m.join("y", ["a", "b", "c"]).profile.name == "ESP32_GENERIC"
+    with pytest.raises(MeshError, match="no node named 'q'"):
+        Mesh("a b\n", node_profiles={"q": "UNIX"}, joins=["y"])
+    # the runner knows a scenario's joiners
+    (tmp_path / "t.txt").write_text("a b c d\n")
+    (tmp_path / "s.txt").write_text("2 join z a b c\n")
+    rc = cli.main(["sim", "--topology", str(tmp_path / "t.txt"), "--scenario", str(tmp_path / "s.txt"),
+                   "--duration", "5", "--out", str(tmp_path / "o"), "--profile", tiny,
+                   "--node-profile", "z=ESP32_GENERIC", "--pings", "0", "-q"])
+    assert rc == 0
+    truth = json.load(open(tmp_path / "o" / "truth.json"))
+    assert truth["params"]["node_profiles"] == {"z": "ESP32_GENERIC"}
+    assert truth["summary"]["profiles"] == {"ESP32_GENERIC": 1, "TINY": 4}
