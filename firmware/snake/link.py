@@ -237,9 +237,12 @@ async def open_tcp(host, port, link_type, timeout_s=5):
     except asyncio.TimeoutError:
         raise OSError(110)  # ETIMEDOUT
     # MicroPython's open_connection returns when the connect attempt ends,
-    # refused or not; a zero-length send reports the refusal here, as a
-    # failed dial, instead of as a handshake failure at the first write
-    s = getattr(writer, "s", None)
+    # refused or not; on the unix port a zero-length send reports the
+    # refusal here, as a failed dial. Not on a board: the ESP32 port's send
+    # raises ETIMEDOUT for zero bytes even on a good connection; there the
+    # refusal shows at the handshake's first write (stream.handshake counts
+    # that as a failed dial too)
+    s = getattr(writer, "s", None) if not platform.BOARD else None
     if s is not None:
         try:
             s.send(b"")

@@ -86,7 +86,13 @@ async def handshake(node, link, buf, mv):
     except asyncio.TimeoutError:
         err = "timeout"
     if err is not None:
-        node.hs_failed(err, link)
+        if err == "send" and getattr(link, "outbound", False) and link.link_type != 4:
+            # our first write on a TCP link we dialled failed: the connection
+            # never came up (a refused connect on a board): a failed dial
+            node.stat("dial_fail")
+            node.log("dial failed: %s refused the connection" % link.name)
+        else:
+            node.hs_failed(err, link)
         return None
     try:
         pub, signed, sig = wire.parse_handshake(buf)

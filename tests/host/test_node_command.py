@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from host_tools.nodeproc import NodeProcess, free_port
 
 SEED_A = "a1" * 32
@@ -119,3 +121,54 @@ def test_quiet_node_prints_no_events():
         b.interrupt()
         assert b.wait() == 0
         assert "dial" not in b.text and "root" not in b.text
+
+
+# ------------------------------------ a board: the refusal shows at the first write --
+
+class RefusedLink(object):
+    """A TCP link we dialled whose connect was refused, as a board's socket
+    shows it: no error until the first write."""
+    link_type = 3
+    outbound = True
+    name = "tcp 10.0.0.5:7000"
+
+    def __init__(self, outbound=True, link_type=3):
+        self.outbound = outbound
+        self.link_type = link_type
+        self.closed = False
+
+    async def recv_into(self, mv):
+        return 0
+
+    async def send(self, buf, n):
+        raise OSError(104, "ECONNRESET")
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.parametrize("outbound,link_type,dial_fail,hs_fail", [
+    (True, 3, 1, {}),                  # we dialled: the dial failed
+    (False, 3, 0, {"send": 1}),        # accepted, then the write failed: a handshake failure
+    (True, 4, 0, {"send": 1}),         # BLE: not a TCP dial
+])
+def test_first_write_failing_on_a_dialled_link_is_a_dial_failure(outbound, link_type, dial_fail, hs_fail):
+    import asyncio
+    import host_tools  # noqa: F401  (firmware on sys.path)
+    from snake import stream
+    from snake.crypto import Signer
+    from snake.node import Node
+    from snake.profile import Profile
+
+    async def main():
+        n = Node(Profile({"max_peers": 4, "frame_max": 1024, "max_routes": 8}), Signer(bytes([0x55]) * 32))
+        logs = []
+        n.log_fn = logs.append
+        link = RefusedLink(outbound, link_type)
+        await stream.run(n, link)
+        return n, logs, link
+    n, logs, link = asyncio.run(main())
+    assert n.stats["dial_fail"] == dial_fail and n.hs_fail == hs_fail, (n.stats, n.hs_fail)
+    assert link.closed
+    if dial_fail:
+        assert logs == ["dial failed: tcp 10.0.0.5:7000 refused the connection"]
