@@ -124,23 +124,22 @@ def has_state(r):
     return r.get("root") is not None or bool(r.get("state_records"))
 
 
-def load_nodes(out_dir, summary):
-    """One dict per node (fields ROW_FIELDS, missing ones None) plus `short`,
-    the shortest unique key prefix. Reads OUT/nodes.json when `analyze` wrote
-    one, else derives the rows from the Parquet tables (stop-gap)."""
+def load_nodes(out_dir, summary=None):
+    """One dict per node from OUT/nodes.json (written by `analyze`): the
+    fields of ROW_FIELDS (missing ones None, never NaN), plus `short`, the
+    shortest unique key prefix. Raises InputError when there is no readable
+    nodes.json (an analysis made by an older snakemesh)."""
+    from host_tools.errors import InputError
     path = os.path.join(out_dir, "nodes.json")
-    rows = None
-    if os.path.isfile(path):
-        try:
-            with open(path) as f:
-                data = json.load(f)
-            rows = data["nodes"] if isinstance(data, dict) else data
-            if not isinstance(rows, list):
-                rows = None
-        except (OSError, ValueError, KeyError):
-            rows = None
-    if rows is None:
-        rows = _rows_from_parquet(out_dir, summary)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputError("%s: no readable nodes.json (%s); re-run `snakemesh analyze` with this version"
+                         % (out_dir, getattr(e, "strerror", None) or e))
+    rows = data.get("nodes") if isinstance(data, dict) else data
+    if not isinstance(rows, list):
+        raise InputError("%s: nodes.json has no node list; re-run `snakemesh analyze`" % out_dir)
     out = []
     for r in rows:
         if not isinstance(r, dict) or not isinstance(r.get("node"), str):
@@ -156,12 +155,8 @@ def load_nodes(out_dir, summary):
             an = [a for a in an.split(",") if a]
         row["anomalies"] = list(an or [])
         for k in ("drops", "capacity", "links"):
-            if row.get(k) is not None and not isinstance(row[k], dict):
-                row[k] = None
-        if row.get("drops") is None:
-            row["drops"] = {}
-        if row.get("capacity") is None:
-            row["capacity"] = {}
+            if not isinstance(row.get(k), dict):
+                row[k] = {} if k != "links" else None
         out.append(row)
     shorts = short_keys([r["node"] for r in out])
     for r in out:
@@ -170,7 +165,7 @@ def load_nodes(out_dir, summary):
 
 
 def _read(out_dir, name, columns):
-    """A partitioned table's columns as a DataFrame, or None if absent/unreadable."""
+    """Columns of a partitioned table as a DataFrame, or None if absent or unreadable."""
     p = os.path.join(out_dir, name)
     if not os.path.exists(p):
         return None
@@ -179,93 +174,6 @@ def _read(out_dir, name, columns):
         return pd.read_parquet(p, columns=list(columns))
     except Exception:   # a damaged or foreign table: the figures stay unknown
         return None
-
-
-def _rows_from_parquet(out_dir, summary):
-    """Stop-gap until `analyze` writes nodes.json: the per-node figures from
-    nodes.parquet and the partitioned tables, with pandas."""
-    import pandas as pd
-    p = os.path.join(out_dir, "nodes.parquet")
-    if not os.path.isfile(p):
-        return []
-    try:
-        nodes = pd.read_parquet(p)
-    except Exception:
-        return []
-    t_end = summary.get("t_end")
-    rows = []
-    for r in nodes.to_dict("records"):
-        r = dict((k, clean(v)) for k, v in r.items())
-        down = bool(r.get("down_at_end"))
-        r["snake_ok"] = bool(r.get("correct_final")) if has_state(r) and not down else None
-        r["silent_s"] = (t_end - r["last_t"]) if (t_end is not None and r.get("last_t") is not None) else None
-        rows.append(r)
-    by = dict((r["node"], r) for r in rows)
-
-    # root agreement: the most common final (root, root_seq) among the alive
-    # nodes with a state in each component of the last epoch
-    groups = {}
-    for r in rows:
-        if has_state(r) and not r.get("down_at_end"):
-            groups.setdefault(r.get("component") or r["node"], []).append(r)
-    for members in groups.values():
-        counts = {}
-        for r in members:
-            v = (r["root"], r.get("root_seq"))
-            counts[v] = counts.get(v, 0) + 1
-        major = max(sorted(counts, key=lambda v: (v[0], -1 if v[1] is None else v[1])),
-                    key=lambda v: counts[v])
-        for r in members:
-            r["root_ok"] = (r["root"], r.get("root_seq")) == major
-
-    st = _read(out_dir, "states", ("node", "t", "peers"))
-    if st is not None and len(st):
-        last = st.sort_values("t").groupby("node").tail(1)
-        for n, peers in zip(last["node"], last["peers"]):
-            if n in by:
-                by[n]["peers"] = clean(peers)
-    pl = _read(out_dir, "peer_links", ("node", "t", "link"))
-    if pl is not None and len(pl):
-        last_t = pl.groupby("node")["t"].transform("max")
-        cur = pl[pl["t"] == last_t]
-        for (n, link), k in cur.groupby(["node", cur["link"].fillna("?")]).size().items():
-            if n in by:
-                by[n].setdefault("links", None)
-                by[n]["links"] = dict(by[n]["links"] or {}, **{link: int(k)})
-    c = _read(out_dir, "counters", ("node", "t", "metric", "key", "value", "capacity", "gen", "inc"))
-    if c is not None and len(c):
-        cum = c[c["metric"].isin(["drops", "rx", "tx"])]
-        for (n, metric, key), total in cum.groupby(["node", "metric", "key"])["inc"].sum().items():
-            if n not in by:
-                continue
-            r = by[n]
-            total = int(total)
-            if metric == "drops":
-                r.setdefault("drops", {})
-                r["drops"] = dict(r.get("drops") or {}, **{key: total})
-            else:
-                r[metric + "_total"] = (r.get(metric + "_total") or 0) + total
-        mem = c[c["metric"] == "mem_free"].sort_values("t")
-        for n, g in mem.groupby("node"):
-            if n in by:
-                by[n]["mem_free"] = int(g["value"].iloc[-1])
-                by[n]["mem_free_min"] = int(g["value"].min())
-        for n, g in c.groupby("node")["gen"].max().items():
-            if n in by:
-                by[n]["restarts"] = int(g)
-        # until `capacity` (contract 2) is in the tables: routes/peers from
-        # occupancy, refused unknown
-        occ = c[(c["metric"] == "occupancy") & c["key"].isin(BOUNDING_TABLES)].sort_values("t")
-        for (n, key), g in occ.groupby(["node", "key"]):
-            if n in by:
-                cap = clean(g["capacity"].iloc[-1])
-                by[n]["capacity"] = dict(by[n].get("capacity") or {}, **{key: {
-                    "used": int(g["value"].iloc[-1]), "capacity": None if cap is None else int(cap),
-                    "max_used": int(g["value"].max()), "refused": None}})
-    for r in rows:
-        if r.get("drops") is not None:
-            r["drops_total"] = sum(r["drops"].values())
-    return rows
 
 
 # -- rules -------------------------------------------------------------------------
@@ -291,26 +199,15 @@ def problem_drops(row):
     return dict((k, v) for k, v in (row.get("drops") or {}).items() if v and is_problem_drop(k))
 
 
-def capacity_warnings(summary, rows):
+def capacity_warnings(summary, rows=None):
     """[(node, table, used, capacity, refused)] from summary.json's
-    `capacity_warnings` (contract 2) when analyze wrote it, else from the
-    rows' `capacity` (used reached capacity, or refused > 0)."""
-    cw = summary.get("capacity_warnings")
+    `capacity_warnings` (contract 2: `analyze` applies the rule); [] when
+    the analysis has none."""
     out = []
-    if isinstance(cw, list):
-        for w in cw:
-            if isinstance(w, dict) and w.get("node"):
-                out.append((w["node"], w.get("table"), w.get("used"), w.get("capacity"), w.get("refused")))
-        return out
-    for r in rows:
-        for table, v in sorted((r.get("capacity") or {}).items()):
-            if table not in BOUNDING_TABLES or not isinstance(v, dict):
-                continue
-            used, cap, refused = clean(v.get("used")), clean(v.get("capacity")), clean(v.get("refused"))
-            top = clean(v.get("max_used"))
-            top = used if top is None else top
-            if (refused or 0) > 0 or (cap and top is not None and top >= cap):
-                out.append((r["node"], table, top, cap, refused))
+    for w in summary.get("capacity_warnings") or []:
+        if isinstance(w, dict) and w.get("node"):
+            out.append((w["node"], w.get("table"), clean(w.get("used")), clean(w.get("capacity")),
+                        clean(w.get("refused"))))
     return out
 
 
@@ -493,7 +390,7 @@ def verdict(summary, rows, th=None):
         add(DEGRADED, "capacity", "%s table%s full or refusing entries on %d node%s (%s)" % (
             "/".join(tables), "" if len(tables) == 1 else "s", len(hit), "" if len(hit) == 1 else "s",
             _who(hit)), hit)
-    elif any(r.get("capacity") for r in rows) or isinstance(summary.get("capacity_warnings"), list):
+    elif isinstance(summary.get("capacity_warnings"), list) and any(r.get("capacity") for r in rows):
         add(HEALTHY, "capacity", "no routes/peers/depth table full or refusing entries")
     else:
         add(NOTE, "capacity", "no routes/peers/depth capacity figures in the telemetry")

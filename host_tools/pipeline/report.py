@@ -75,7 +75,7 @@ def render(out_dir, with_verdict=False):
             path = rep.path(name + ".png")
             notes[name] = fn(path, *args)
             drew[name] = os.path.isfile(path)
-        edges = _last_edges(t.get("topology"), out_dir)
+        edges = _last_edges(t.get("topology"))
         svgs = {"tree": topo_svg.tree_svg(rows, edges), "snake": topo_svg.snake_svg(rows)}
         for name, text in svgs.items():
             with open(rep.path(name + ".svg"), "w") as f:
@@ -98,24 +98,13 @@ def verdict_line(level, reasons):
                                 (" (+%d more problems)" % more) if worst and more > 0 else "")
 
 
-def _last_edges(topo, out_dir):
-    """[(a, b, link)] of the last topology epoch. A link without a type (a
-    topology built from peers records or a --topology file) takes the type
-    the nodes last reported for that peer in their peers records."""
+def _last_edges(topo):
+    """[(a, b, link)] of the last topology epoch (link None when unknown)."""
     if topo is None or not len(topo):
         return []
     last = topo[topo["epoch"] == topo["epoch"].max()]
     link = last["link"] if "link" in last else [None] * len(last)
-    edges = [(a, b, health.clean(k)) for a, b, k in zip(last["a"], last["b"], link)]
-    if all(k for _a, _b, k in edges):
-        return edges
-    pl = health._read(out_dir, "peer_links", ("node", "t", "peer", "link"))
-    seen = {}
-    if pl is not None and len(pl):
-        for a, b, k in pl.sort_values("t")[["node", "peer", "link"]].itertuples(index=False):
-            if isinstance(k, str) and k:
-                seen[(a, b) if a < b else (b, a)] = k
-    return [(a, b, k or seen.get((a, b) if a < b else (b, a))) for a, b, k in edges]
+    return [(a, b, health.clean(k)) for a, b, k in zip(last["a"], last["b"], link)]
 
 
 # -- plots -------------------------------------------------------------------------

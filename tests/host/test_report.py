@@ -39,7 +39,8 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
 def _row(i, **kw):
     r = {"node": "%02x" % i + "ab" * 31, "name": "n%d" % i, "records": 50, "state_records": 20,
          "root": "ff" * 32, "root_seq": 1, "root_ok": True, "snake_ok": True, "down_at_end": False,
-         "drops": {}, "rx_total": 1000, "anomalies": [], "capacity": {}, "mem_free_min": 60000}
+         "drops": {}, "rx_total": 1000, "anomalies": [], "mem_free_min": 60000,
+         "capacity": {"routes": {"used": 9, "capacity": 64, "max_used": 12, "refused": 0}}}
     r.update(kw)
     return r
 
@@ -133,17 +134,25 @@ def test_verdict_drops_heap_capacity_restart_unknown():
     assert health.verdict(_summary(), [])[0] == "broken"
 
 
-def test_capacity_falls_back_to_the_nodes_capacity_without_summary_warnings():
+def test_capacity_warnings_come_from_the_summary_only():
     rows = [_row(i) for i in range(4)]
-    cap = lambda used, c, refused, top=None: {"used": used, "capacity": c, "refused": refused,  # noqa: E731
-                                              "max_used": used if top is None else top}
-    rows[1]["capacity"] = {"peers": cap(16, 16, 0), "routes": cap(3, 64, 0), "depth": cap(2, 20, 0)}
-    rows[2]["capacity"] = {"routes": cap(10, 64, 5)}
-    rows[3]["capacity"] = {"sigcache": cap(64, 64, 0), "routes": cap(30, 64, 0, top=63)}  # sigcache: a cache
+    # a full signature cache in a node's figures never makes a warning; the
+    # contract-2 rule is analyze's (summary.json capacity_warnings)
+    rows[3]["capacity"] = {"routes": {"used": 3, "capacity": 64, "max_used": 3, "refused": 0}}
+    rows[3]["occupancy"] = {"sigcache": {"used": 64, "capacity": 64, "max_used": 64}}
+    level, codes, judged = judge(rows)
+    assert level == "healthy" and codes["capacity"] == "healthy"
+    warn = [{"node": rows[1]["node"], "name": "n1", "table": "peers", "used": 16, "capacity": 16, "refused": 2}]
+    level, codes, judged = judge(rows, capacity_warnings=warn)
+    assert (level, codes["capacity"]) == ("degraded", "degraded")
+    assert [r["status"] for r in judged] == ["healthy", "degraded", "healthy", "healthy"]
+    assert judged[1]["issues"][0]["text"] == "peers table 16/16, 2 refused"
     s = _summary()
     del s["capacity_warnings"]
-    got = sorted((n[:2], t) for n, t, _u, _c, _r in health.capacity_warnings(s, rows))
-    assert got == [("01", "peers"), ("02", "routes")]
+    assert health.capacity_warnings(s) == []
+    rows = [_row(i) for i in range(4)]
+    assert dict((x["code"], x["level"]) for x in health.verdict(s, health.judge_nodes(rows, s))[1])["capacity"] \
+        == "note"
 
 
 def test_names_short_keys_and_nan():
@@ -160,13 +169,18 @@ def test_load_nodes_reads_nodes_json_and_survives_junk(tmp_path):
     rows = [{"node": "aa" * 32, "name": float("nan"), "drops": None, "anomalies": "silent,flapping_root"},
             {"node": "bb" * 32, "name": "bravo", "profile": "ESP32_GENERIC", "links": {"ble": 1}},
             "junk", {"name": "no key"}]
-    (tmp_path / "nodes.json").write_text(json.dumps({"version": 1, "nodes": rows}).replace("NaN", "NaN"))
+    (tmp_path / "nodes.json").write_text(json.dumps({"version": 1, "nodes": rows}))
     got = health.load_nodes(str(tmp_path), {})
     assert [health.label(r) for r in got] == ["aaaaaaaa", "bravo"]
     assert got[0]["anomalies"] == ["silent", "flapping_root"] and got[0]["drops"] == {}
     assert got[1]["profile"] == "ESP32_GENERIC"
     health.judge_nodes(got, {})
     assert got[0]["status"] == "broken"                               # silent
+    # an analysis without nodes.json (older snakemesh) is a one-line input error
+    from host_tools.errors import InputError
+    os.unlink(str(tmp_path / "nodes.json"))
+    with pytest.raises(InputError, match="re-run `snakemesh analyze`"):
+        health.load_nodes(str(tmp_path), {})
 
 
 def test_drawings_are_deterministic_and_show_tree_root_links_and_snake_direction():
