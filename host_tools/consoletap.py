@@ -45,7 +45,11 @@ class ConsoleTap(object):
         self.client = None
         self.dropped = 0                  # lines no client took
         self._cut = False
-        self._buf = bytearray()
+        # what the node printed right after its boot line may already sit in
+        # the NodeProcess's buffer (read together with the boot line): ours now
+        self._buf = bytearray(getattr(node, "_buf", b""))
+        if self._buf:
+            del node._buf[:]
         self._last_rx = time.monotonic()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -110,6 +114,7 @@ class ConsoleTap(object):
     # -- the relay ----------------------------------------------------------------
     def _loop(self):
         node_fd = self.node.slave
+        self._lines()
         while not self._stop.is_set():
             fds = [node_fd, self.pub_master]
             if self.lsock is not None:
