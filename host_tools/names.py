@@ -20,7 +20,6 @@ A names file is any of what the project writes or a plain list:
 An unknown, ambiguous or too short prefix, or an unknown name, is one
 InputError line that lists the candidates.
 """
-import binascii
 import json
 import os
 
