@@ -17,7 +17,7 @@ help:
 	@echo "make test    - create .venv, install pinned deps, run all tests (CPython + micropython)"
 	@echo "make demo    - run a local mesh of unix-port firmware nodes and write a report"
 	@echo "make bench   - benchmarks (speed, memory, protocol cost) -> bench/results.json"
-	@echo "make soak    - long-running 8-node mesh under a 110K heap"
+	@echo "make soak    - 8-node mesh, 10 min, kill -9 every minute, 110K heap, 32-bit frozen build"
 	@echo "make firmware-image BOARD=ESP32_GENERIC - custom image with frozen modules (needs ESP-IDF)"
 	@echo "make mp32    - 32-bit MicroPython $(MICROPY_VERSION) unix ports (an ESP32's word size):"
 	@echo "               $(MP32_FROZEN) (firmware frozen by boards/ESP32_GENERIC/manifest.py)"
@@ -47,8 +47,11 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/run.py
 
-soak: $(STAMP)
-	$(PY) -m host_tools.soak
+# the 32-bit build with the firmware frozen in, an ESP32's 110K heap;
+# SOAK_ARGS passes more options (--minutes, --heapsize, --micropython, --mpy)
+SOAK_ARGS ?=
+soak: $(STAMP) mp32-frozen
+	$(PY) -m host_tools.soak --micropython $(MP32_FROZEN) --heapsize 110K $(SOAK_ARGS)
 
 mpy: $(STAMP)
 	$(VENV)/bin/snakemesh build-mpy --board ESP32_GENERIC --out build/mpy
@@ -71,6 +74,9 @@ firmware-image:
 #                   rebuilt whenever firmware/, lib/ or the manifest change
 #   $(MP32_STOCK)   stock-like: only asyncio frozen, as on stock board
 #                   firmware; the node's code is imported as .mpy
+# Both also freeze the emulated `bluetooth` module (host_tools/blemu): it
+# stands in for the C module a board has built in, so its code must not
+# count as heap the board would spend.
 # Run a node on one: snakemesh node --micropython build/mp32/micropython-frozen
 MICROPY_VERSION := 1.28.0
 MICROPY_ARCHIVE := micropython-$(MICROPY_VERSION)-unix-src.tar.gz
@@ -106,16 +112,21 @@ $(MP32_TREE)/.unpacked:
 $(MP32_MPY_CROSS): $(MP32_TREE)/.unpacked
 	$(MAKE) -s -C $(MP32_TREE)/mpy-cross $(MP32_JOBS)
 
-$(MP32_DIR)/stock-manifest.py:
+# stock-like: what a stock board image has frozen that the node uses (asyncio),
+# plus the emulated `bluetooth` module standing in for the board's C module
+$(MP32_DIR)/stock-manifest.py: Makefile
 	mkdir -p $(MP32_DIR)
-	echo 'include("$$(MPY_DIR)/extmod/asyncio")' > $@
+	{ echo 'include("$$(MPY_DIR)/extmod/asyncio")'; \
+	  echo 'module("bluetooth.py", base_path="$(CURDIR)/host_tools/blemu")'; \
+	  echo 'module("_blemu_proto.py", base_path="$(CURDIR)/host_tools/blemu")'; } > $@
 
 $(MP32_FROZEN): $(MP32_MPY_CROSS) $(FW_SOURCES) | mp32-deps
 	SNAKEMESH_ROOT=$(CURDIR) SNAKEMESH_PORT=unix $(MAKE) -s -C $(MP32_TREE)/ports/unix BUILD=build-32f \
 	  $(MP32_FLAGS) FROZEN_MANIFEST=$(CURDIR)/boards/ESP32_GENERIC/manifest.py $(MP32_JOBS)
 	cp $(MP32_TREE)/ports/unix/build-32f/micropython $@
 
-$(MP32_STOCK): $(MP32_MPY_CROSS) $(MP32_DIR)/stock-manifest.py | mp32-deps
+$(MP32_STOCK): $(MP32_MPY_CROSS) $(MP32_DIR)/stock-manifest.py host_tools/blemu/bluetooth.py \
+               host_tools/blemu/_blemu_proto.py | mp32-deps
 	$(MAKE) -s -C $(MP32_TREE)/ports/unix BUILD=build-32s \
 	  $(MP32_FLAGS) FROZEN_MANIFEST=$(CURDIR)/$(MP32_DIR)/stock-manifest.py $(MP32_JOBS)
 	cp $(MP32_TREE)/ports/unix/build-32s/micropython $@

@@ -41,6 +41,22 @@ BOARDS = {
     "ESP32_GENERIC_C3": Board("ESP32_GENERIC_C3", "esp32c3", 0x0, "rv32imc", 5, "ESP32-C3"),
 }
 
+# Heap a snakemesh node needs on each board, bytes: the most any node used
+# at steady state with every table full and 8 links (a TCP + BLE triangle
+# and scripted peers on the other ports) on the 32-bit builds of MicroPython
+# 1.28.0 (tests/host/heap_scenario.py, `make mp32`), per way of running:
+#   "mpy"     the firmware as .mpy on stock MicroPython (`snakemesh deploy`):
+#             its bytecode, constants and qstrs live in the heap
+#   "frozen"  a custom image with the firmware frozen in (`make firmware-image`)
+# `snakemesh deploy` refuses a board whose free heap is below "mpy".
+# tests/host/test_heap_32bit.py keeps these current (measured <= figure <=
+# measured + 12 %).
+HEAP_NEED = {
+    "ESP32_GENERIC": {"mpy": 184000, "frozen": 88000},
+    "ESP32_GENERIC_S3": {"mpy": 184000, "frozen": 88000},
+    "ESP32_GENERIC_C3": {"mpy": 162000, "frozen": 74000},   # Wi-Fi only by default
+}
+
 # Chip ids found at byte 12 of an ESP image header (esptool's IMAGE_CHIP_ID),
 # used to recognise a firmware file made for another chip.
 IMAGE_CHIP_NAMES = {0: "esp32", 2: "esp32s2", 5: "esp32c3", 9: "esp32s3",

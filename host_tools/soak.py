@@ -7,12 +7,14 @@ trend is judged per process (a restart is a new heap), after its two-minute
 warm-up, on the upper envelope of the samples (a single low sample is a
 frame in flight, not a leak); a node without such a window is not judged.
 
-    python -m host_tools.soak [--minutes 10] [--heap 300K] [--out soak-out]
+    python -m host_tools.soak [--minutes 10] [--heapsize 110K] [--micropython PATH] [--mpy]
+                              [--out soak-out]
 
-The heap default is 400K: the 110K of an ESP32 without PSRAM cannot even
-hold the imported firmware on the 64-bit unix port (see README "Memory"),
-and BLE (the emulated radio) needs more than the 300K of the Wi-Fi-only
-heap test.
+`make soak` runs it on the 32-bit build with the firmware frozen in
+(build/mp32/micropython-frozen, `make mp32`) at 110K: an ESP32 without
+PSRAM, with a custom image. Without --micropython it runs the venv's
+micropython (64-bit), where 110K cannot even hold the firmware: give it
+--mpy --heapsize 400K (README "Memory").
 """
 import argparse
 import json
@@ -70,7 +72,13 @@ def slope(points):
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="snakemesh-soak", description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=float(os.environ.get("SOAK_MINUTES", "10")))
-    ap.add_argument("--heap", default=os.environ.get("SOAK_HEAP", "400K"))
+    from host_tools.commands.mesh import heapsize_arg, micropython_arg
+    ap.add_argument("--heapsize", "--heap", dest="heap", type=heapsize_arg,
+                    default=os.environ.get("SOAK_HEAP", "110K"), metavar="SIZE",
+                    help="MicroPython heap per node (default %(default)s)")
+    ap.add_argument("--micropython", metavar="PATH", default=os.environ.get("SOAK_MICROPYTHON"),
+                    help="micropython binary (default: the venv's; `make soak`: the 32-bit frozen build)")
+    ap.add_argument("--mpy", action="store_true", help="run the firmware compiled to .mpy, as on a board")
     ap.add_argument("--profile", default="ESP32_GENERIC")
     ap.add_argument("--out", default="soak-out")
     ap.add_argument("--topology", default=TOPOLOGY)
@@ -86,8 +94,9 @@ def main(argv=None):
     failures = []
     latency = []
     t_start = time.monotonic()
+    micropython = micropython_arg(a.micropython)
     with ProcessMesh(a.topology, a.out, seed=a.seed, profile=a.profile, heapsize=a.heap, log=say,
-                     mpy=True) as m:
+                     mpy=a.mpy, micropython=micropython) as m:
         # The ESP32 profile verifies bootstraps "on-change" with pure-Python
         # crypto: convergence takes longer than on the UNIX profile.
         # A small heap makes the pure-Python verify GC-bound: a node can be
@@ -144,6 +153,7 @@ def main(argv=None):
         trends[n] = min(slopes) if slopes else None
     result = {
         "minutes": a.minutes, "heap": a.heap, "profile": a.profile,
+        "micropython": micropython or "venv", "mpy": a.mpy,
         "pings": pings[0], "pings_ok": pings[1], "restarts": restarts,
         "memory_errors": memerr, "consoles_answering": answers,
         "mem_free_slope_bytes_per_min": {n: (round(s * 60, 1) if s is not None else None)

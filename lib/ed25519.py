@@ -511,23 +511,25 @@ def verify(pub, msg, sig):
 
 
 # Recently decoded public keys (valid ones only): a node verifies the same
-# few peers' keys over and over, and decoding costs a square root.
+# few peers' keys over and over, and decoding costs a square root. Only x is
+# kept (y is the key's own low 255 bits, read again at no cost): on a
+# 32-bit port each 255-bit int costs 48 bytes of heap.
 _KC = 8
 _kc_keys = [None] * _KC
-_kc_pts = [None] * _KC
+_kc_x = [None] * _KC
 _kc_next = 0
 
 
 def _decode_key(pub):
     global _kc_next
     if pub in _kc_keys:
-        return _kc_pts[_kc_keys.index(pub)]
+        return _kc_x[_kc_keys.index(pub)], int.from_bytes(pub, "little") & _MASK255
     A = _decode_point(pub)
     if A is None or _small_order(A[0], A[1]):
         return None
     i = _kc_next
     _kc_keys[i] = pub
-    _kc_pts[i] = (_compact(A[0]), _compact(A[1]))
+    _kc_x[i] = _compact(A[0])
     _kc_next = (i + 1) % _KC
     return A
 

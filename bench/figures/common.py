@@ -74,12 +74,12 @@ def micropython():
     return shutil.which("micropython")
 
 
-def run_mp(args, heap=None, timeout=600, cwd=None, env=None):
-    """Run a script under micropython (environment `env`, default ours);
-    return its last stdout line parsed as JSON. Raises NotAvailable without
-    micropython, RuntimeError when the script fails (with the tail of its
-    output)."""
-    mp = micropython()
+def run_mp(args, heap=None, timeout=600, cwd=None, env=None, binary=None):
+    """Run a script under micropython (`binary`, default the venv's;
+    environment `env`, default ours); return its last stdout line parsed as
+    JSON. Raises NotAvailable without micropython, RuntimeError when the
+    script fails (with the tail of its output)."""
+    mp = binary or micropython()
     if mp is None:
         raise NotAvailable("micropython (unix port) not found; run `make setup`")
     cmd = [mp]

@@ -12,23 +12,29 @@
     lazily by the first crypto call; measured by bench/crypto_bench.py as
     base_tables_heap_bytes), the runtime's send queues and read buffers
     (figure 2b covers the whole node).
-2b. Three real firmware node processes (unix port, `-X heapsize=110K`, the
-    firmware compiled to .mpy as deployed to a board, ESP32_GENERIC profile,
-    static TCP peering on loopback in a triangle, no multicast). After every
-    node has two peers and one root, 20 s of steady state, then each node's
-    console `status` reports gc.mem_free() (after gc.collect()) five times;
-    the figure is the lowest node's median, as a share of the 110K heap.
+2b. tests/host/heap_scenario.py on the 32-bit builds of MicroPython 1.28.0
+    (`make mp32`): three nodes in a TCP triangle plus a BLE link per pair
+    (emulated medium), scripted peers on every other port (8 links per
+    node) keeping every table full with bootstraps, traffic and wakeups from
+    many keys; every 5 s each node's console `mem` (heap after
+    gc.collect()). Row per case: the lowest free share over every node's
+    samples once its tables are full. ESP32_GENERIC on the build with the
+    firmware frozen in (a custom image) at 110K; ESP32_GENERIC_S3 on the
+    stock-like build with the firmware as .mpy (snakemesh deploy) at 200K.
+    Passes when that share is >= 35 % and nothing else went wrong (no
+    MemoryError, no restart, every table reached its capacity). The note
+    says where the worst node's heap went (parts measured at boot, README
+    "Memory").
 2c. What 2b's budget is spent on before any state: bench/figures/mp_code_heap.py
-    imports the modules a running Wi-Fi node holds, from the same .mpy
-    build, and reports the gc.mem_alloc() growth (bytecode, constants,
-    qstrs, raw-code and function objects in the heap, as on a board running
-    stock MicroPython). With 2a, it gives the floor of a node's heap use:
-    when code + state alone exceed 65 % of 110K, 2b cannot pass with this
-    code in the heap (frozen modules or ROMFS keep it in flash instead).
+    imports the modules a running Wi-Fi + BLE node holds, on both 32-bit
+    builds: frozen (module dicts, function and class objects only: the
+    bytecode stays in the image) and .mpy (bytecode, constants, qstrs,
+    raw-code and function objects in the heap, as on a board running stock
+    MicroPython).
 """
 import os
+import sys
 import tempfile
-import time
 
 from figures.common import FIGS, ROOT, NotAvailable, row, median, run_mp
 
@@ -40,6 +46,7 @@ TARGET_STATE = 32 * 1024
 
 def run(ctx):
     rows = state(ctx)
+    rows.extend(code_heap(ctx))
     rows.extend(node_heap(ctx))
     return rows
 
@@ -62,125 +69,81 @@ def state(ctx):
                 v is not None and v <= TARGET_STATE, note)]
 
 
-def node_runtime():
-    """(NodeProcess, build_mpy) or raise NotAvailable."""
-    if not os.path.exists(os.path.join(ROOT, "firmware", "main.py")) or \
-            not os.path.exists(os.path.join(ROOT, "firmware", "snake", "node.py")):
-        raise NotAvailable("node runtime missing (firmware/main.py, firmware/snake/node.py)")
+def code_heap(ctx):
+    """Rows 2c: heap taken by importing the running node's modules on the
+    32-bit builds: frozen (the custom image) and .mpy (stock firmware)."""
+    from host_tools import mp32
+    from host_tools.nodeproc import build_mpy
+    rows = []
+    tmp = tempfile.mkdtemp(prefix="bench_mpy_")
     try:
-        import host_tools  # noqa: F401
-        from host_tools.nodeproc import NodeProcess, build_mpy, micropython_binary
-    except ImportError as e:
-        raise NotAvailable("node runtime missing (host_tools.nodeproc: %s)" % e)
-    if micropython_binary() is None:
-        raise NotAvailable("micropython (unix port) not found; run `make setup`")
-    return NodeProcess, build_mpy
-
-
-def start_triangle(NodeProcess, mpy_dir, heap, profile, seeds):
-    """Three nodes peered in a triangle over loopback; returns the list."""
-    from host_tools.nodeproc import free_port
-    ports = [free_port() for _ in range(3)]
-    nodes = []
+        builds = (("frozen", mp32.binary("frozen"), ".frozen"),
+                  ("mpy", mp32.binary("stock"), ".frozen:%s:%s" % (build_mpy(tmp), os.path.join(tmp, "lib"))))
+    except Exception as e:
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+        return [row("2c firmware code in the heap, 32-bit", None, "B", "report", None, "not measured: %s" % e)]
     try:
-        for i in range(3):
-            connect = [("127.0.0.1", ports[j]) for j in range(i)]
-            p = NodeProcess(seed=seeds[i], listen=("127.0.0.1", ports[i]), connect=connect,
-                            multicast=False, heapsize=heap, profile=profile, mpy_dir=mpy_dir)
-            p.start()
-            nodes.append(p)
-    except BaseException:
-        for p in nodes:
-            p.stop()
-        raise
-    return nodes
-
-
-def wait_mesh(nodes, peers, timeout):
-    """Until every node has `peers` peers and all agree on the root."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        st = [p.request("status") for p in nodes]
-        last = st
-        if all(s.get("peers") == peers for s in st) and len(set(s.get("root") for s in st)) == 1:
-            return st
-        time.sleep(0.5)
-    raise RuntimeError("mesh did not form within %g s: %s" % (
-        timeout, [(s.get("peers"), (s.get("root") or "")[:8]) for s in (last or [])]))
-
-
-def code_heap(ctx, mpy_dir):
-    """Row 2c: heap taken by importing the running node's modules (.mpy)."""
-    env = dict(os.environ)
-    env["MICROPYPATH"] = ".frozen:%s:%s" % (mpy_dir, os.path.join(mpy_dir, "lib"))
-    vals = []
-    last = None
-    try:
-        for i in range(3):
-            last = run_mp([os.path.join(FIGS, "mp_code_heap.py")], env=env)
-            vals.append(last["code_heap"])
+        got = {}
+        for name, binary, path in builds:
+            env = dict(os.environ)
+            env["MICROPYPATH"] = path
+            vals = []
+            last = None
+            for i in range(3):
+                # cwd "/": the script's folder comes first on sys.path, firmware/ must not
+                last = run_mp([os.path.join(FIGS, "mp_code_heap.py")], env=env, binary=binary, cwd="/")
+                vals.append(last["code_heap"])
+            got[name] = (median(vals), last)
+            ctx.shared.setdefault("f2", {})["code_" + name] = last
     except (RuntimeError, NotAvailable) as e:
-        return row("2c firmware code in the heap (.mpy imports)", None, "B", "report", None,
-                   "not measured: %s" % e)
-    v = median(vals)
-    ctx.shared.setdefault("f2", {})["code"] = last
-    state = (ctx.shared.get("f2", {}).get("state") or {}).get("heap_full")
-    floor = "" if state is None else "; code + full state (2a) = %d B = %.0f %% of 110K" % (
-        v + state, 100.0 * (v + state) / HEAP_BYTES)
-    big = sorted(last["per_module"].items(), key=lambda kv: -kv[1])[:4]
-    note = "%d modules%s; largest increments: %s" % (
-        len(last["modules"]), floor, ", ".join("%s %d" % kv for kv in big))
-    return row("2c firmware code in the heap (.mpy imports)", v, "B", "report", None, note)
+        return [row("2c firmware code in the heap, 32-bit", None, "B", "report", None, "not measured: %s" % e)]
+    finally:
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    for name, label in (("frozen", "frozen into the image (make mp32-frozen)"),
+                        ("mpy", ".mpy imports, stock-like build")):
+        v, last = got[name]
+        big = sorted(last["per_module"].items(), key=lambda kv: -kv[1])[:4]
+        note = "%d modules, %.1f %% of a 110K heap; largest: %s" % (
+            len(last["modules"]), 100.0 * v / HEAP_BYTES, ", ".join("%s %d" % kv for kv in big))
+        rows.append(row("2c firmware code in the heap, 32-bit, " + label, v, "B", "report", None, note))
+    return rows
 
 
 def node_heap(ctx):
+    """Rows 2b: tests/host/heap_scenario.py on the 32-bit builds: ESP32_GENERIC
+    frozen at 110K, ESP32_GENERIC_S3 .mpy at 200K, every table full."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "host"))
     try:
-        NodeProcess, build_mpy = node_runtime()
-    except NotAvailable as e:
-        return [row("2b 3-node mesh, 110K heap: mem_free share", None, "%", ">= 35 %", None,
-                    "not available: %s" % e)]
-    steady = 10 if ctx.quick else 20
-    tmp = tempfile.mkdtemp(prefix="bench_mpy_")
-    nodes = []
+        import heap_scenario
+    except ImportError as e:
+        return [row("2b node heap, tables full", None, "%", ">= 35 %", None, "not available: %s" % e)]
+    seconds = 20 if ctx.quick else 40
     rows = []
-    try:
-        mpy = build_mpy(tmp)
-        rows.append(code_heap(ctx, mpy))
-        seeds = [bytes([0x21 + i]) * 32 for i in range(3)]
+    for profile, variant, heap in (("ESP32_GENERIC", "frozen", "110K"), ("ESP32_GENERIC_S3", "stock", "200K")):
+        label = "2b %s, %s, %s heap, Wi-Fi + BLE, 8 links, tables full: lowest free share" % (
+            profile, "frozen" if variant == "frozen" else ".mpy", heap)
+        tmp = tempfile.mkdtemp(prefix="bench_heap_")
         try:
-            nodes = start_triangle(NodeProcess, mpy, HEAP, "ESP32_GENERIC", seeds)
-            wait_mesh(nodes, 2, 60)
+            ctx.log("2b %s %s %s: %d s with every table full" % (profile, variant, heap, seconds))
+            res = heap_scenario.run(profile, variant, heap, seconds, tmp)
         except Exception as e:
-            msg = str(e).splitlines()[0][:300]
-            return rows + [row("2b 3-node mesh, 110K heap: mem_free share", None, "%", ">= 35 %",
-                               False, "node failed: %s" % msg)]
-        ctx.log("2b mesh formed; %d s steady state" % steady)
-        time.sleep(steady)
-        per_node = []
-        for p in nodes:
-            per_node.append([])
-        for k in range(5):
-            for i, p in enumerate(nodes):
-                s = p.request("status")
-                if not p.alive():
-                    raise RuntimeError("node %d exited" % i)
-                per_node[i].append(s.get("mem_free"))
-            time.sleep(1.0)
-        st = wait_mesh(nodes, 2, 10)    # still a mesh at the end
-        meds = [median(v) for v in per_node]
-        worst = min(meds)
-        share = 100.0 * worst / HEAP_BYTES
-        ctx.shared.setdefault("f2", {})["node"] = {"mem_free_per_node": per_node, "status": st}
-        note = "mem_free per node (median of 5): %s B of %d B; .mpy, ESP32_GENERIC, triangle" % (
-            ", ".join(str(m) for m in meds), HEAP_BYTES)
-        return rows + [row("2b 3-node mesh, 110K heap: mem_free share", round(share, 1), "%",
-                           ">= 35 %", share >= 35.0, note)]
-    finally:
-        for p in nodes:
-            try:
-                p.stop()
-            except Exception:
-                pass
-        import shutil
-        shutil.rmtree(tmp, ignore_errors=True)
+            msg = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+            rows.append(row(label, None, "%", ">= 35 %", False, "did not run: %s" % msg))
+            continue
+        finally:
+            import shutil
+            shutil.rmtree(tmp, ignore_errors=True)
+        worst, who = heap_scenario.worst_free(res)
+        f = res.final[who]
+        parts = f.get("parts") or {}
+        note = "node %s: used %d of %d B: %s" % (who, f["used"], f["heap"], ", ".join(
+            "%s %d" % kv for kv in sorted(parts.items(), key=lambda kv: -kv[1]) if kv[1]))
+        other = [e for e in res.errors if "free (" not in e]
+        if other:
+            note += "; PROBLEMS: " + "; ".join(other)[:300]
+        ctx.shared.setdefault("f2", {})["node_" + profile] = {"report": heap_scenario.report(res),
+                                                             "errors": res.errors}
+        rows.append(row(label, round(worst, 1), "%", ">= 35 %", not res.errors, note))
+    return rows

@@ -662,9 +662,12 @@ def _main(argv, heap0=None):
         profile.multicast = cfg.multicast
     seed = cfg.take_seed()
     cfg = _settings(cfg)
-    # the config parser is not needed after boot: give its memory back
+    # the config parser and the profile loader are not needed after boot:
+    # give their memory back (the profile object keeps its class)
     cfgmod = None
+    Profile = ProfileError = None
     _unload("snake.config")
+    _unload("snake.profile")
     try:
         asyncio.run(run_node(cfg, profile, seed, meter))
     except KeyboardInterrupt:

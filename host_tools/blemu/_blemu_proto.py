@@ -69,8 +69,7 @@ class Parser:
         self.n = 0          # bytes held
         self.pos = 0        # the next message starts here
 
-    def feed(self, data):
-        k = len(data)
+    def _compact(self):
         if self.pos:
             # move the unfinished message (if any) to the front
             rest = self.n - self.pos
@@ -78,6 +77,23 @@ class Parser:
                 self.buf[0:rest] = self.buf[self.pos:self.n]
             self.pos = 0
             self.n = rest
+
+    def space(self, want):
+        """A memoryview of free room behind the held bytes (at least `want`
+        bytes, growing the buffer if it must), to read into; then filled(k)."""
+        self._compact()
+        if len(self.buf) - self.n < want:
+            nb = bytearray(self.n + want)
+            nb[0:self.n] = self.buf[0:self.n]
+            self.buf = nb
+        return memoryview(self.buf)[self.n:]
+
+    def filled(self, k):
+        self.n += k
+
+    def feed(self, data):
+        k = len(data)
+        self._compact()
         need = self.n + k
         if need > len(self.buf):
             nb = bytearray(max(need, 2 * len(self.buf)))

@@ -78,7 +78,7 @@ _ENOTCONN = 107
 _EALREADY = 114
 
 _DEFAULT_ATTR_LEN = 20
-_RX_CHUNK = 512          # bytes read from the medium at a time (one preallocated buffer)
+_RX_CHUNK = 256          # bytes read from the medium at least at a time (into the parser's buffer)
 # the parser's buffer holds a read behind the longest unfinished message
 # (u16 length, op, irq, conn, handle, 524 bytes of a 527-byte MTU)
 _RX_HELD = _RX_CHUNK + 2 + 1 + 1 + 4 + 524
@@ -178,10 +178,9 @@ class Radio:
         self._sock = None
         self._stream = None
         self._parser = P.Parser(_RX_HELD)
-        # the receive path allocates nothing per read: inside an emulated
-        # node it shares the small MicroPython heap with the firmware
-        self._rx = bytearray(_RX_CHUNK)
-        self._rxmv = memoryview(self._rx)
+        # the receive path reads straight into the parser's buffer: inside
+        # an emulated node it shares the small MicroPython heap with the
+        # firmware, which a board's native stack does not
         self._handler = None
         self._addr_type = 1
         self._addr = bytes(6)
@@ -308,12 +307,16 @@ class Radio:
     async def _read(self):
         """Read from the medium into the receive buffer: the count, 0 when
         the medium closed the connection, None when nothing was there."""
-        mv = self._rxmv
+        mv = self._parser.space(_RX_CHUNK)
         if _MP:
             if self._stream is None:
                 self._stream = asyncio.StreamReader(self._sock)
-            return await self._stream.readinto(mv)
-        return await asyncio.get_running_loop().sock_recv_into(self._sock, mv)
+            n = await self._stream.readinto(mv)
+        else:
+            n = await asyncio.get_running_loop().sock_recv_into(self._sock, mv)
+        if n:
+            self._parser.filled(n)
+        return n
 
     def _next_event(self):
         """Handle one complete message from the medium; False if none."""
@@ -351,7 +354,6 @@ class Radio:
                 self._close_sock()
                 self._active = False
                 break
-            self._parser.feed(self._rxmv[0:n])
             k = 0
             while True:
                 try:

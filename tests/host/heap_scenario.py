@@ -1,0 +1,188 @@
+"""A node's heap with every table full, on a 32-bit build of MicroPython
+(issue 13): the scenario tests/host/test_heap_32bit.py asserts on and
+`make bench` figure 2b reports.
+
+Three nodes with a board profile in a TCP triangle on loopback (static
+peering) plus a BLE link per pair through the emulated radio medium (when
+the profile has BLE); scripted peers (test_node_heap.Filler) take every
+other port and keep every table full with a bootstrap / traffic / wakeup
+flood from many keys. Every 5 s: a ping between two nodes, each node's
+`stats` (occupancy) and `mem` (heap after gc.collect(), parts).
+
+    res = run(profile, variant, heap, seconds, out_dir)
+    res.samples[name] = [(t, free, heap, occupancy)], res.final[name] = `mem`,
+    res.stats / res.status / res.alive / res.logs, res.errors (list of str)
+"""
+import os
+import time
+
+from host_tools import mp32
+from host_tools.errors import CliError
+from host_tools.mesh import ProcessMesh
+
+from test_node_heap import Filler
+
+TOPOLOGY_BLE = "a b c a\na b @ble\nb c @ble\nc a @ble\n"
+TOPOLOGY_WIFI = "a b c a\n"
+TABLES = ("peers", "routes", "coords", "sigcache", "wakeups")
+SYNTH_PER_NODE = 48
+TRAFFIC_KEYS = 6
+MIN_FREE = 0.35
+
+
+class Result(object):
+    pass
+
+
+def _req(m, name, cmd):
+    try:
+        r = m.request(name, cmd, timeout=30)
+    except CliError as e:
+        raise AssertionError("node %s stopped answering (%s): %s (alive: %s)"
+                             % (name, cmd, e.message[:300], m.nodes[name].alive()))
+    if r.get("ok") is not True:
+        raise AssertionError("node %s: %s failed: %s" % (name, cmd, r))
+    return r
+
+
+def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None):
+    """Run the scenario; returns a Result (raises AssertionError when the
+    mesh does not even form or a console stops answering)."""
+    binary = mp32.binary(variant)
+    mpy = variant == "stock"
+    from host_tools import BOARDS_DIR
+    import json
+    with open(os.path.join(BOARDS_DIR, profile, "profile.json")) as f:
+        ble = json.load(f).get("ble", False)
+    os.makedirs(out_dir, exist_ok=True)
+    topo = os.path.join(out_dir, "topology.txt")
+    with open(topo, "w") as f:
+        f.write(TOPOLOGY_BLE if ble else TOPOLOGY_WIFI)
+    real_links = 4 if ble else 2
+    res = Result()
+    res.profile, res.variant, res.heap, res.seconds, res.binary = profile, variant, heap, seconds, binary
+    m = ProcessMesh(topo, os.path.join(out_dir, "mesh"), seed=13, profile=profile, heapsize=heap,
+                    micropython=binary, mpy=mpy, log=log)
+    filler = None
+    with m:
+        names = list(m.names)
+        res.names = names
+        m.wait_converged(timeout=120, request_timeout=30)
+        peers = dict((n, sorted(p["link"] for p in _req(m, n, "peers")["peers"])) for n in names)
+        want = ["ble", "ble", "remote", "remote"] if ble else ["remote", "remote"]
+        assert all(v == want for v in peers.values()), peers
+        occ0 = _req(m, names[0], "stats")["occupancy"]
+        res.cap = dict((t, occ0[t][1]) for t in TABLES)
+        filler = Filler(None, [(m.nodes[n].listen[1], m.hexkey(n)) for n in names],
+                        fakes_per_node=res.cap["peers"] - real_links, synth_per_node=SYNTH_PER_NODE,
+                        traffic_keys=TRAFFIC_KEYS)
+        filler.start()
+        try:
+            res.samples = dict((n, []) for n in names)
+            res.peak = {}
+            res.pings = [0, 0]
+            res.up0 = dict((n, _req(m, n, "status")["uptime_s"]) for n in names)
+            t0 = time.monotonic()
+            k = 0
+            while time.monotonic() - t0 < seconds:
+                time.sleep(5)
+                if filler.error is not None:
+                    raise AssertionError("scripted peers failed: %r" % (filler.error,))
+                a, b = names[k % 3], names[(k + 1) % 3]
+                k += 1
+                res.pings[0] += 1
+                if m.ping(a, b, count=1, timeout=30).get("received") == 1:
+                    res.pings[1] += 1
+                for n in names:
+                    occ = _req(m, n, "stats")["occupancy"]
+                    mem = _req(m, n, "mem")
+                    res.samples[n].append((time.monotonic() - t0, mem["free"], mem["heap"], occ))
+                    for t in TABLES:
+                        res.peak[(n, t)] = max(res.peak.get((n, t), 0), occ[t][0])
+            res.final = dict((n, _req(m, n, "mem")) for n in names)
+            res.stats = dict((n, _req(m, n, "stats")) for n in names)
+            res.status = dict((n, _req(m, n, "status")) for n in names)
+            res.alive = dict((n, m.nodes[n].alive()) for n in names)
+            res.logs = dict((n, "\n".join(l.decode("utf-8", "replace") for l in m.nodes[n].lines))
+                            for n in names)
+            res.sent = dict(filler.sent)
+        finally:
+            filler.stop.set()
+            filler.thread.join(10)
+    res.errs = {}
+    for n in names:
+        try:
+            with open(os.path.join(out_dir, "mesh", "logs", n + ".stderr")) as f:
+                res.errs[n] = f.read()
+        except OSError:
+            res.errs[n] = ""
+    res.errors = problems(res)
+    return res
+
+
+def steady(res, n):
+    """The node's samples from the first one with its peers and routes full."""
+    s = res.samples[n]
+    for i, (t, free, total, occ) in enumerate(s):
+        if all(occ[x][0] == occ[x][1] for x in ("peers", "routes")):
+            return s[i:]
+    return []
+
+
+def problems(res):
+    """Everything the acceptance criteria forbid, as readable lines."""
+    out = []
+    for n in res.names:
+        if not res.alive[n]:
+            out.append("%s: died" % n)
+        if res.status[n]["uptime_s"] < res.up0[n] + int(res.seconds) - 1:
+            out.append("%s: restarted (uptime %s)" % (n, res.status[n]["uptime_s"]))
+        text = res.logs[n] + res.errs[n]
+        if "MemoryError" in text or "out of memory" in res.logs[n]:
+            out.append("%s: MemoryError: %s" % (n, text[-500:]))
+        s = res.stats[n]
+        if s["links"]["oom"] or s["console"]["oom"]:
+            out.append("%s: out of memory survived: links %s console %s" % (n, s["links"]["oom"], s["console"]["oom"]))
+        if s["drops"].get("no_memory", 0):
+            out.append("%s: %d frames dropped for no_memory" % (n, s["drops"]["no_memory"]))
+        for t in TABLES:
+            if res.peak[(n, t)] != res.cap[t]:
+                out.append("%s: table %s never full (peak %d of %d)" % (n, t, res.peak[(n, t)], res.cap[t]))
+        st = steady(res, n)
+        if not st:
+            out.append("%s: peers and routes never full at a sample" % n)
+        for t, free, total, occ in st:
+            if free < MIN_FREE * total:
+                out.append("%s: %d of %d B free (%.1f %%) at %.0f s, need %d %%"
+                           % (n, free, total, 100.0 * free / total, t, MIN_FREE * 100))
+                break
+    return out
+
+
+def worst_free(res):
+    """(lowest free share over every node's steady samples, in %, node)."""
+    worst = None
+    for n in res.names:
+        for t, free, total, occ in steady(res, n) or res.samples[n]:
+            v = 100.0 * free / total
+            if worst is None or v < worst[0]:
+                worst = (v, n)
+    return worst
+
+
+def report(res):
+    """Printable lines: per node free heap, lowest sample, parts."""
+    lines = ["%s on %s, heap %s, %d s, scripted peers sent %s, pings %d/%d"
+             % (res.profile, os.path.basename(res.binary), res.heap, res.seconds, res.sent,
+                res.pings[1], res.pings[0])]
+    for n in res.names:
+        f = res.final[n]
+        lows = [s[1] for s in res.samples[n]] or [f["free"]]
+        lines.append("  %s: free %d of %d B (%.1f %%), lowest sample %d B (%.1f %%), largest free block %s B; "
+                     "occupancy %s" % (n, f["free"], f["heap"], 100.0 * f["free"] / f["heap"], min(lows),
+                                       100.0 * min(lows) / f["heap"], f.get("largest_free"),
+                                       res.stats[n]["occupancy"]))
+        parts = f.get("parts") or {}
+        lines.append("     used %d B: %s" % (f["used"], ", ".join(
+            "%s %d" % kv for kv in sorted(parts.items(), key=lambda kv: -kv[1]))))
+    return lines
