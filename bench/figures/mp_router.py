@@ -96,7 +96,7 @@ class Fixture:
         self.prof = prof
         P = prof.max_peers
         H = prof.max_hops
-        nkeys = 2 + P * (H - 1)
+        nkeys = 2 + P * H
         signers = [Signer(bytes([(i * 7 + 3) & 0xFF, i >> 8]) + bytes(30)) for i in range(nkeys)]
         signers.sort(key=lambda s: s.public)
         # own key lowest, root highest: every other key lies between them
@@ -115,14 +115,44 @@ class Fixture:
         self.seq = 1
         self.peer_keys = []
         self.anns = []
+        # Peer 1 (the parent) sends a max_hops-deep chain; every other peer
+        # shares a prefix of it and ends in hops of its own, also max_hops
+        # deep, with the prefixes chosen so that the distinct hops of all
+        # announcements fill the hop pool exactly (neighbours' paths share
+        # their way down from the root; docs/CAPACITY.md).
+        pool = prof.hop_pool if prof.hop_pool else 2 * H + 2 * P
+        rest = pool - H
+        own = [0] * (P + 1)
+        for p in range(2, P + 1):
+            own[p] = 1
+        rest -= P - 1
+        p = 2
+        while rest > 0 and P > 1:
+            if own[p] < H:
+                own[p] += 1
+                rest -= 1
+            p = p + 1 if p < P else 2
+            if all(own[q] >= H for q in range(2, P + 1)):
+                break
         k = 0
+        trunk = [(self.root, 1)]
+        for h in range(H - 1):
+            trunk.append((mids[order[k]], 1 + rnd.next(min(P, 200))))
+            k += 1
         for p in range(1, P + 1):
-            path = [(self.root, p)]          # the root's port differs per chain
-            for h in range(H - 1):
-                s = mids[order[k]]
-                k += 1
-                port = 1 + rnd.next(min(P, 200))
-                path.append((s, port))
+            if p == 1:
+                path = list(trunk)
+            else:
+                keep = H - own[p]
+                path = list(trunk[:keep])
+                # the branch leaves the trunk here: the last shared hop
+                # names another port (so it is a hop of its own too)
+                if keep:
+                    last = path[-1]
+                    path[-1] = (last[0], 201 + p)
+                for h in range(own[p] - (1 if keep else 0)):
+                    path.append((mids[order[k]], 1 + rnd.next(min(P, 200))))
+                    k += 1
             self.peer_keys.append(path[-1][0].public)
             self.anns.append(sign_chain(self.root, self.seq, path))
         # bootstraps: distinct keys above ours, ascending (each is relayed
@@ -133,7 +163,7 @@ class Fixture:
         buf = bytearray(prof.frame_max)
         for i in range(nb):
             s = mids[i]
-            bseq = 1000 + i
+            bseq = 1700000000000 + i      # Unix ms, as real sequences
             sig = s.sign(wire.bootstrap_signed(bseq, rk, self.seq))
             n = wire.encode_bootstrap(buf, s.public, FULL_KEY, 0, bseq, rk, self.seq, sig)
             self.boots.append(bytes(buf[:n]))
@@ -142,7 +172,7 @@ class Fixture:
         nw = min(prof.wakeup_filter, len(mids))
         for i in range(nw):
             s = mids[len(mids) - 1 - i]
-            wseq = 5000 + i
+            wseq = 1700000005000 + i
             sig = s.sign(wire.wakeup_signed(wseq, rk, self.seq))
             n = wire.encode_wakeup(buf, s.public, wseq, rk, self.seq, sig, wire.HOP_LIMIT_WAKEUP)
             self.wakes.append(bytes(buf[:n]))
@@ -250,16 +280,20 @@ def breakdown(prof, r):
     from snake.crypto import SigCache
     from snake.tables import Table
     from snake.telemetry import Counters
+    from array import array
     H = prof.max_hops
     parts = (
         ("tree", lambda: Tree(r, prof)),
         ("snake", lambda: Snake(r, prof)),
         ("sigcache", lambda: SigCache(prof.sig_cache)),
         ("coord_cache", lambda: (Table(prof.coord_cache),
-                                 [bytearray(3 * H) for _ in range(prof.coord_cache)],
-                                 [0] * prof.coord_cache, [0] * prof.coord_cache)),
-        ("wakeup_filter", lambda: (Table(prof.wakeup_filter), [0] * prof.wakeup_filter,
-                                   [0] * prof.wakeup_filter)),
+                                 bytearray(prof.coord_cache * 3 * H),
+                                 array("H", [0] * prof.coord_cache),
+                                 array("i", [0] * prof.coord_cache))),
+        ("wakeup_filter", lambda: (Table(prof.wakeup_filter),
+                                   array("i", [0] * prof.wakeup_filter),
+                                   array("i", [0] * prof.wakeup_filter),
+                                   array("i", [0] * prof.wakeup_filter))),
         ("frame_view", lambda: wire.Frame(H)),
         ("frame_buffer", lambda: bytearray(prof.frame_max)),
         ("counters", lambda: Counters()),
@@ -315,7 +349,7 @@ def cmd_nexthop(prof_path, iters, runs):
     off = 0
     for j in range(nd):
         p = 1 + rnd.next(prof.max_peers)
-        pc = wire.decode_coords(tree.ann_coords[p], 0, tree.ann_pclen[p])
+        pc = tree.coords(p)
         keep = rnd.next(len(pc) + 1)
         ports = pc[:keep]
         while len(ports) < H:

@@ -27,6 +27,19 @@ if MICROPYTHON:
             dst[doff + i] = src[soff + i]
             i += 1
 
+    def key_cmp(a, aoff, b, boff):
+        # Order of the 32-byte keys a[aoff:] and b[boff:] (<0, 0, >0) in
+        # place: no slices, nothing allocated. Random keys differ in the
+        # first byte or two, so this returns early.
+        i = 0
+        while i < 32:
+            x = a[aoff + i]
+            y = b[boff + i]
+            if x != y:
+                return x - y
+            i += 1
+        return 0
+
 else:
     import os as _os
     import time as _time
@@ -58,6 +71,12 @@ else:
 
     def copy_into(dst, doff, src, soff, n):
         dst[doff:doff + n] = src[soff:soff + n]
+
+    def key_cmp(a, aoff, b, boff):
+        # Same order as the MicroPython byte loop; slices are cheap here.
+        x = a[aoff:aoff + 32]
+        y = b[boff:boff + 32]
+        return (x > y) - (x < y)
 
 TICKS_MASK = (1 << 30) - 1
 

@@ -17,6 +17,7 @@ DEFAULTS = {
     "coord_cache": 32,        # cached source coordinates for tree replies
     "sig_cache": 64,          # verified-signature cache entries
     "max_hops": 64,           # deepest tree announcement accepted (hops)
+    "hop_pool": 0,            # announcement hops stored for all peers (0: 2 x max_hops + 2 x max_peers)
     "frame_max": 8192,        # largest frame accepted/sent, bytes
     "wifi_queue": 16,         # frames queued per Wi-Fi port
     "ble_queue": 4,           # frames queued per BLE port
@@ -74,6 +75,12 @@ class Profile:
             raise ProfileError("profile ble_ring must be at least 1024 (two BLE packets)")
         if self.max_peers > 255:
             raise ProfileError("profile max_peers must be at most 255")
+        if self.max_hops > 255:
+            raise ProfileError("profile max_hops must be at most 255")
+        if not isinstance(self.hop_pool, int) or self.hop_pool < 0 or self.hop_pool > 65534:
+            raise ProfileError("profile hop_pool must be within 0..65534 (0: automatic)")
+        if self.max_routes > 65534:
+            raise ProfileError("profile max_routes must be at most 65534")
         if not isinstance(self.traffic_hop_limit, int) or not 2 <= self.traffic_hop_limit <= 255:
             raise ProfileError("profile traffic_hop_limit must be within 2..255")
         if self.frame_max > 65535 or self.frame_max < 256:

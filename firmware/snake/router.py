@@ -10,11 +10,12 @@
 # snake), this module (ports, forwarding, wakeups, keepalives, telemetry).
 from snake import wire
 from snake import platform
+from array import array
 from snake.platform import ticks_diff, copy_into
 from snake.tables import Table, key_eq_at
 from snake.tree import Tree
-from snake.snek import (Snake, worse, FULL_KEY, BOOTSTRAP_INTERVAL_MS, BOOTSTRAP_SOON_MS,
-                        BOOTSTRAP_RAMP_MS, MAINTAIN_INTERVAL_MS)
+from snake.snek import (Snake, FULL_KEY, BOOTSTRAP_INTERVAL_MS, BOOTSTRAP_SOON_MS,
+                        BOOTSTRAP_RAMP_MS, MAINTAIN_INTERVAL_MS, SEQ_LIMIT)
 from snake.telemetry import (Counters, LINK_NAMES, BYTES_CARRY, D_MALFORMED, D_OVERSIZE,
                              D_UNKNOWN_PORT, D_UNKNOWN_TYPE, D_HOP_LIMIT, D_LOOP, D_WATERMARK, D_NO_ROUTE,
                              D_QUEUE_FULL, D_BAD_SIGNATURE, D_WAKEUP_ROOT, D_WAKEUP_DUP,
@@ -62,13 +63,16 @@ class Router:
         self.snake = Snake(self, profile)
         # coordinate cache: source key -> encoded coordinates (tree replies)
         self.ccache = Table(profile.coord_cache, victim=self._cc_victim)
-        self.cc_coords = [bytearray(3 * H) for _ in range(profile.coord_cache)]
-        self.cc_len = [0] * profile.coord_cache
-        self.cc_time = [0] * profile.coord_cache
+        self.cc_max = 3 * H             # bytes of coordinates per entry (16-bit ports)
+        self.cc_coords = bytearray(profile.coord_cache * self.cc_max)
+        self.cc_len = array("H", [0] * profile.coord_cache)
+        self.cc_time = array("i", [0] * profile.coord_cache)
         # wakeup filter: origin key -> last sequence and time
         self.wakeups = Table(profile.wakeup_filter, victim=self._wf_victim)
-        self.wf_seq = [0] * profile.wakeup_filter
-        self.wf_time = [0] * profile.wakeup_filter
+        # last sequence per origin as (hi, lo) halves (Unix ms: no boxed ints)
+        self.wf_seq_hi = array("i", [0] * profile.wakeup_filter)
+        self.wf_seq_lo = array("i", [0] * profile.wakeup_filter)
+        self.wf_time = array("i", [0] * profile.wakeup_filter)
         self.wk_seq = 0
         self.f = wire.Frame(H)
         self.buf = bytearray(profile.frame_max)
@@ -227,7 +231,7 @@ class Router:
             if e.reason == "too_many_hops":
                 # deeper than this profile can store: not an attack, so the
                 # peer stays up, but its announcement is unusable to us
-                c.drops[D_TOO_DEEP] += 1
+                self._too_deep(port, now)
                 return
             c.drops[D_MALFORMED] += 1
             if n > 5 and buf[5] == wire.T_ANNOUNCEMENT:
@@ -261,8 +265,8 @@ class Router:
             c.drops[D_NO_MEMORY] += 1
 
     def _announcement(self, port, buf, n, f, now):
-        if n > len(self.tree.ann_raw[port]) or not self.tree.fits(f):
-            self.counters.drops[D_TOO_DEEP] += 1
+        if not self.tree.fits(f):
+            self._too_deep(port, now)
             return
         reason = self.tree.sanity_check(port, buf, f)
         if reason is not None:
@@ -272,7 +276,19 @@ class Router:
             self.event("sanity_fail", reason)
             self._kill(port, "sanity:" + reason)
             return
-        self.tree.handle(port, buf, n, f, now)
+        if not self.tree.handle(port, buf, n, f, now):
+            # the hop pool cannot hold it even after forgetting every other
+            # peer's announcement but the parent's: deeper than we store
+            self.counters.drops[D_TOO_DEEP] += 1
+        self._tree_changed(now)
+
+    def _too_deep(self, port, now):
+        # An announcement deeper than this profile stores (max_hops, frame
+        # size or hop pool). The peer stays up; the announcement it replaces
+        # is no longer true, so it is forgotten too (if it was the parent's,
+        # parent selection runs again). Counted in capacity()["depth"].
+        self.counters.drops[D_TOO_DEEP] += 1
+        self.tree.drop_announcement(port, now)
         self._tree_changed(now)
 
     def snake_changed(self):
@@ -356,10 +372,10 @@ class Router:
         if nh == port and not from_tree:
             c.drops[D_LOOP] += 1
             return
-        if worse(sn.nh_key, sn.nh_seq, self.k_wm, f.wm_seq):
+        if sn.nh_worse(self.k_wm, f.wm_seq):
             c.drops[D_WATERMARK] += 1
             return
-        n = wire.set_watermark(buf, n, f, sn.nh_key, 0, sn.nh_seq)
+        n = wire.set_watermark(buf, n, f, sn.nh_key, sn.nh_koff, sn.nh_seq)
         self._relay(port, nh, buf, n, f)
 
     def _relay(self, port, nh, buf, n, f):
@@ -380,10 +396,10 @@ class Router:
         c.delivered += 1
         # remember the sender's coordinates for replies by tree routing
         slot = -1
-        if f.scoords_len <= len(self.cc_coords[0]):
+        if f.scoords_len <= self.cc_max:
             slot = self.ccache.insert_at(buf, f.src_off)
         if slot >= 0:
-            copy_into(self.cc_coords[slot], 0, buf, f.scoords_off, f.scoords_len)
+            copy_into(self.cc_coords, slot * self.cc_max, buf, f.scoords_off, f.scoords_len)
             self.cc_len[slot] = f.scoords_len
             self.cc_time[slot] = self.now
         if self.deliver is not None:
@@ -414,11 +430,11 @@ class Router:
         c = self.counters
         buf = self.buf
         f = self.f
-        mine, mlen = self.tree.coords_buf()
-        scoords = bytes(mine[0:mlen])
+        scoords = self.tree.coords_bytes()
         slot = self.ccache.find(dst)
         if slot >= 0 and ticks_diff(now, self.cc_time[slot]) < COORD_LIFETIME_MS:
-            dc = bytes(self.cc_coords[slot][0:self.cc_len[slot]])
+            co = slot * self.cc_max
+            dc = bytes(self.cc_coords[co:co + self.cc_len[slot]])
             n = wire.encode_traffic(buf, dc, scoords, dst, self.key, FULL_KEY, 0, payload, hop_limit)
             f.decode(buf, n)
             nh = self.tree.next_hop(buf, f.dcoords_off, f.dcoords_len, 0)
@@ -439,7 +455,7 @@ class Router:
                 return True
             c.drops[D_NO_ROUTE] += 1
             return False
-        n = wire.set_watermark(buf, n, f, sn.nh_key, 0, sn.nh_seq)
+        n = wire.set_watermark(buf, n, f, sn.nh_key, sn.nh_koff, sn.nh_seq)
         if self._tx(nh, buf, n):
             c.originated += 1
             return True
@@ -477,8 +493,11 @@ class Router:
         if key_eq_at(self.key, buf, f.src_off):
             c.drops[D_WAKEUP_DUP] += 1
             return
+        if f.seq >= SEQ_LIMIT:
+            c.drops[D_MALFORMED] += 1     # not a real Unix-ms sequence (snek.SEQ_LIMIT)
+            return
         slot = self.wakeups.find_at(buf, f.src_off)
-        if slot >= 0 and (f.seq <= self.wf_seq[slot]
+        if slot >= 0 and (not self._wf_older(slot, f.seq)
                           or ticks_diff(now, self.wf_time[slot]) < WAKEUP_MIN_GAP_MS):
             c.drops[D_WAKEUP_DUP] += 1
             return
@@ -491,7 +510,8 @@ class Router:
         if slot < 0:
             slot = self.wakeups.insert_at(buf, so)
         if slot >= 0:
-            self.wf_seq[slot] = f.seq
+            self.wf_seq_hi[slot] = f.seq >> 30
+            self.wf_seq_lo[slot] = f.seq & 0x3FFFFFFF
             self.wf_time[slot] = now
         self.bootstrap_soon = True
         wire.set_hop_limit(buf, f.hop_limit - 1)
@@ -500,6 +520,14 @@ class Router:
             if self.up[p] and p != port:
                 self._tx(p, buf, n)
             p += 1
+
+    def _wf_older(self, slot, seq):
+        """The wakeup filter's sequence for slot is below seq."""
+        hi = self.wf_seq_hi[slot]
+        vh = seq >> 30
+        if hi != vh:
+            return hi < vh
+        return self.wf_seq_lo[slot] < (seq & 0x3FFFFFFF)
 
     def _wf_victim(self, table):
         best = -1
@@ -560,8 +588,7 @@ class Router:
         return self.tree.parent
 
     def coords(self):
-        mine, mlen = self.tree.coords_buf()
-        return wire.decode_coords(mine, 0, mlen)
+        return self.tree.coords()
 
     def desc_key(self):
         s = self.snake
@@ -578,7 +605,7 @@ class Router:
             if self.up[p]:
                 coords = None
                 if t.ann_valid[p]:
-                    coords = wire.decode_coords(t.ann_coords[p], 0, t.ann_pclen[p])
+                    coords = t.coords(p)
                 out.append({
                     "port": p,
                     "key": _hex(self.port_key[p]),
@@ -597,10 +624,12 @@ class Router:
         i = 0
         while i < t.capacity:
             if t.used[i]:
+                key = _hex(t.key(i))
+                root, root_seq = s.route_root(i)
                 out.append({
-                    "key": _hex(t.keys[i]), "src_port": s.r_src[i], "dst_port": s.r_dst[i],
-                    "root": _hex(s.r_root[i]), "root_seq": s.r_root_seq[i],
-                    "wm_key": _hex(t.keys[i]), "wm_seq": s.r_seq[i],
+                    "key": key, "src_port": s.r_src[i], "dst_port": s.r_dst[i],
+                    "root": _hex(root), "root_seq": root_seq,
+                    "wm_key": key, "wm_seq": s.seq(i),
                     "age_ms": ticks_diff(now, s.r_last[i]),
                 })
             i += 1
@@ -610,8 +639,7 @@ class Router:
         t = self.tree
         if not t.parent:
             return []
-        keys = t.ancestors()
-        return [_hex(keys[i]) for i in range(t.par_n)]
+        return [_hex(t.hop_key(t.parent, i)) for i in range(t.depth())]
 
     def occupancy(self):
         return {
@@ -620,6 +648,7 @@ class Router:
             "coords": [self.ccache.count, self.ccache.capacity],
             "sigcache": [self.sigcache.count, self.sigcache.capacity],
             "wakeups": [self.wakeups.count, self.wakeups.capacity],
+            "hops": [self.tree.pool.count, self.tree.pool.capacity],
         }
 
     def capacity(self):
@@ -629,7 +658,9 @@ class Router:
           peers   ports up / max_peers / links refused for want of a port
           routes  route entries / max_routes / bootstraps refused plus live
                   entries evicted for lack of room
-          depth   our tree depth / max_hops / announcements dropped as too deep"""
+          depth   our tree depth / max_hops / announcements dropped as too deep
+          hops    announcement hops stored for all peers (shared pool) /
+                  hop_pool / peers' announcements forgotten for want of room"""
         sn = self.snake
         d = self.counters.drops
         return {
@@ -637,6 +668,7 @@ class Router:
             "routes": [sn.routes.count, sn.routes.capacity,
                        d[D_ROUTE_TABLE_FULL] + sn.evicted_live],
             "depth": [self.tree.depth(), self.tree.max_hops, d[D_TOO_DEEP]],
+            "hops": [self.tree.pool.count, self.tree.pool.capacity, self.tree.evicted],
         }
 
     def evictions(self):

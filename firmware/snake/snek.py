@@ -4,12 +4,14 @@
 # published text" for where the reference and the published rules differ).
 #
 # next_hop() is on the forwarding hot path: it allocates nothing. Its result
-# is left in attributes (nh_port, nh_key, nh_seq) instead of a tuple.
+# is left in attributes (nh_port, nh_key/nh_koff, nh_seq) instead of a tuple.
+from array import array
 from snake import wire
-from snake.tables import Table, key_eq_at
-from snake.platform import ticks_diff, copy_into
+from snake.tables import Table
+from snake.platform import ticks_diff, copy_into, key_cmp
 from snake.telemetry import (D_BOOTSTRAP_ROOT, D_BOOTSTRAP_REPLAY, D_BOOTSTRAP_SELF,
-                             D_BAD_SIGNATURE, D_ROUTE_TABLE_FULL, D_LOOP, D_WATERMARK)
+                             D_BAD_SIGNATURE, D_ROUTE_TABLE_FULL, D_LOOP, D_WATERMARK,
+                             D_MALFORMED)
 
 BOOTSTRAP_INTERVAL_MS = 5000
 BOOTSTRAP_SOON_MS = 500          # earliest "bootstrap soon" after the last one
@@ -34,19 +36,34 @@ def worse(akey, aseq, bkey, bseq):
     return False
 
 
+SEQ_LIMIT = 1 << 61              # bootstrap sequences stored as two 30/31-bit halves
+_LO = 0x3FFFFFFF
+NO_ROOT = 255                    # r_root value: installed under a root no longer known
+ROOT_RING = 4
+
+
 class Snake:
     def __init__(self, router, profile):
         self.r = router
         cap = profile.max_routes
+        # Route entries: key in the sorted table, fields in flat arrays by
+        # slot (~50 bytes an entry on a 32-bit board, nothing boxed).
         self.routes = Table(cap, victim=self._victim)
         self.r_src = bytearray(cap)     # port the bootstrap came from
         self.r_dst = bytearray(cap)     # port we forwarded it to (0: dead end)
-        self.r_last = [0] * cap         # ticks when last refreshed
-        # root key per route: a reference to the router's bytes object of
-        # the root current at install time (shared, never copied)
-        self.r_root = [b""] * cap
-        self.r_root_seq = [0] * cap
-        self.r_seq = [0] * cap          # bootstrap sequence = watermark sequence
+        self.r_last = array("i", [0] * cap)   # ticks when last refreshed (< 2**30)
+        # root (key, sequence) the route was installed under, as an index
+        # into a small ring of recent roots (exact: equal index <=> equal
+        # root key and root sequence); NO_ROOT once that ring slot is reused
+        self.r_root = bytearray(cap)
+        self.ring_key = [b""] * ROOT_RING
+        self.ring_seq = [0] * ROOT_RING
+        self.ring_next = 0
+        # bootstrap sequence = watermark sequence, as (hi, lo) halves: a
+        # Unix-ms sequence is a boxed 32-byte long int on a 32-bit board,
+        # two array items are 8 bytes and reading them allocates nothing
+        self.r_seq_hi = array("i", [0] * cap)
+        self.r_seq_lo = array("i", [0] * cap)
         # descending entry (next-lower key in the snake)
         self.desc_valid = False
         self.desc_key = bytearray(32)
@@ -55,10 +72,13 @@ class Snake:
         self.desc_root = bytearray(32)
         self.desc_root_seq = 0
         self.desc_seq = 0
-        # next-hop results
+        # next-hop results: the watermark key is nh_key[nh_koff:nh_koff+32]
+        # (a reference into whichever buffer holds it, never copied)
         self.nh_port = 0
-        self.nh_key = None              # reference to a key object (not copied)
+        self.nh_key = None
+        self.nh_koff = 0
         self.nh_seq = 0
+        self.nh_slot = -1               # route slot of the result, -1: none
         # scratch keys for the frame being handled
         self.k_dst = bytearray(32)
         self.k_wm = bytearray(32)
@@ -70,12 +90,64 @@ class Snake:
         self.evicted_live = 0           # unexpired entries evicted for lack of room
         self.now = 0
 
+    # ---- route fields ------------------------------------------------------------
+    def seq(self, slot):
+        return (self.r_seq_hi[slot] << 30) | self.r_seq_lo[slot]
+
+    def _set_seq(self, slot, v):
+        self.r_seq_hi[slot] = v >> 30
+        self.r_seq_lo[slot] = v & _LO
+
+    def _seq_lt(self, slot, v):
+        """route slot's sequence < v (v an int), without building the
+        route's sequence as an int"""
+        hi = self.r_seq_hi[slot]
+        vh = v >> 30
+        if hi != vh:
+            return hi < vh
+        return self.r_seq_lo[slot] < (v & _LO)
+
+    def root_index(self, root, root_seq):
+        """Ring index for (root key object, root sequence); makes room by
+        reusing the oldest slot (routes still naming it lose their root)."""
+        i = 0
+        while i < ROOT_RING:
+            if self.ring_seq[i] == root_seq and self.ring_key[i] == root:
+                return i
+            i += 1
+        i = self.ring_next
+        self.ring_next = (i + 1) % ROOT_RING
+        t = self.routes
+        s = 0
+        while s < t.capacity:
+            if self.r_root[s] == i:
+                self.r_root[s] = NO_ROOT
+            s += 1
+        self.ring_key[i] = bytes(root)
+        self.ring_seq[i] = root_seq
+        return i
+
+    def route_root(self, slot):
+        """(root key bytes or None, root sequence) a route was installed under."""
+        i = self.r_root[slot]
+        if i == NO_ROOT:
+            return None, 0
+        return self.ring_key[i], self.ring_seq[i]
+
+    def set_route(self, slot, src, dst, now, root, root_seq, seq):
+        self.r_src[slot] = src
+        self.r_dst[slot] = dst
+        self.r_last[slot] = now
+        self.r_root[slot] = self.root_index(root, root_seq)
+        self._set_seq(slot, seq)
+
     # ---- table eviction ----------------------------------------------------
     def _victim(self, table):
         """Eviction rule for a full routing table: an expired entry first;
         otherwise the entry whose key is farthest from our own key in
-        keyspace (|entry - own| as 256-bit integers), but only if the new key
-        is closer than it (else the insert is refused and counted)."""
+        keyspace (|entry - own| as 256-bit integers: the smallest or the
+        largest key), but only if the new key is closer than it (else the
+        insert is refused and counted)."""
         now = self.now
         i = 0
         while i < table.capacity:
@@ -85,14 +157,12 @@ class Snake:
         own = int.from_bytes(self.r.key, "big")
         worst = -1
         worst_d = -1
-        i = 0
-        while i < table.capacity:
-            if table.used[i]:
-                d = abs(int.from_bytes(table.keys[i], "big") - own)
-                if d > worst_d:
-                    worst_d = d
-                    worst = i
-            i += 1
+        for pos in (0, table.count - 1):
+            s = table.order[pos]
+            d = abs(int.from_bytes(table.key(s), "big") - own)
+            if d > worst_d:
+                worst_d = d
+                worst = s
         if self._new_key is not None:
             if abs(int.from_bytes(self._new_key, "big") - own) >= worst_d:
                 return -1
@@ -104,22 +174,34 @@ class Snake:
     def next_hop(self, dst, bootstrap, wm_key, wm_seq, now):
         """SNEK next hop for `dst` (bytearray(32)); the frame's watermark is
         (wm_key, wm_seq). Result: self.nh_port (0 = local), and the watermark
-        to write into the frame: (self.nh_key, self.nh_seq)."""
+        to write into the frame: (self.nh_key[self.nh_koff:], self.nh_seq).
+
+        The seeds' rules, steps 1-7, in order. Steps 3.3 and 6 ask for "the
+        smallest key above the destination" (or the destination itself)
+        among the ancestors / route entries: both are kept sorted, so the
+        loops of the seed text are binary searches here with the same
+        result (keys are unique in each; the candidate that survives a
+        scan in any order is: an exact match if one qualifies, else the
+        smallest qualifying key between destination and best key)."""
         r = self.r
         tree = r.tree
         own = r.key
         ports = r.up
         np = len(ports)
         # 1. start with ourselves
-        best_key = own
+        bbuf = own
+        boff = 0
         best_port = 0
         best_seq = 0
+        self.nh_slot = -1
         # 2. traffic for us is handled locally
         if not bootstrap and dst == own:
             self.nh_port = 0
             self.nh_key = own
+            self.nh_koff = 0
             self.nh_seq = 0
             return 0
+        exact = False                    # best key == dst
         # 3. via the parent, towards the root
         parent = tree.parent
         if parent and tree.ann_valid[parent]:
@@ -127,99 +209,135 @@ class Snake:
             # 3.1 bootstraps start towards the root. PROTOCOL_NOTES.md difference 2:
             # only at the originator (best key still equals the destination,
             # i.e. our own key), otherwise a relay could never be the dead end.
-            if bootstrap and best_key == dst:
-                best_key = root
+            if bootstrap and own == dst:
+                bbuf = root
                 best_port = parent
-                best_seq = 0
             # 3.2 destination above us: worst case, up to the root
-            elif best_key < dst < root:
-                best_key = root
+            elif own < dst < root:
+                bbuf = root
                 best_port = parent
-                best_seq = 0
-            # 3.3 our ancestors
-            keys = tree.ancestors()
+            # 3.3 our ancestors: an exact match (not for bootstraps), else
+            # the smallest ancestor key between the destination and the
+            # best key
+            sk = tree.ancestors()
             n = tree.par_n
-            i = 0
-            while i < n:
-                a = keys[i]
-                if not bootstrap and a == dst and best_key != dst:
-                    best_key = a
+            if n:
+                pk = tree.pool.keys
+                lo = 0
+                hi = n
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if key_cmp(pk, sk[mid] << 5, dst, 0) < 0:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                if lo < n and key_cmp(pk, sk[lo] << 5, dst, 0) == 0:
+                    if not bootstrap:
+                        # (best key cannot be dst here: own == dst is
+                        # handled in step 2, the root only if dst < root)
+                        bbuf = pk
+                        boff = sk[lo] << 5
+                        best_port = parent
+                        exact = True
+                    lo += 1
+                if not exact and lo < n and key_cmp(pk, sk[lo] << 5, bbuf, boff) < 0:
+                    bbuf = pk
+                    boff = sk[lo] << 5
                     best_port = parent
-                    best_seq = 0
-                elif dst < a < best_key:
-                    best_key = a
-                    best_port = parent
-                    best_seq = 0
-                i += 1
-        # 4. our peers' ancestors (exact match of the destination only)
-        if not bootstrap:
-            p = 1
-            d0 = dst[0]
-            while p < np:
-                if ports[p] and tree.ann_valid[p] and best_key != dst:
-                    raw = tree.ann_raw[p]
-                    offs = tree.ann_hk[p]
-                    n = tree.ann_nhops[p]
-                    i = 0
-                    while i < n:
-                        o = offs[i]
-                        if raw[o] == d0 and key_eq_at(dst, raw, o):
-                            best_key = dst
-                            best_port = p
-                            best_seq = 0
-                            break
-                        i += 1
-                p += 1
+        # 4. our peers' ancestors (exact match of the destination only):
+        # the lowest port whose announcement names it
+        if not bootstrap and not exact:
+            p = tree.peer_with_key(dst, 0)
+            if p:
+                bbuf = dst
+                boff = 0
+                best_port = p
+                exact = True
         # 5. the best key is a direct peer: use the direct link
         pkeys = r.port_key
+        b0 = bbuf[boff]
         p = 1
         while p < np:
-            if ports[p] and pkeys[p] == best_key:
-                best_key = pkeys[p]
-                best_port = p
-                best_seq = 0
+            if ports[p]:
+                pk = pkeys[p]
+                if pk[0] == b0 and key_cmp(pk, 0, bbuf, boff) == 0:
+                    bbuf = pk
+                    boff = 0
+                    best_port = p
+                    b0 = pk[0]
             p += 1
-        # 6. routing table entries (transitive paths)
-        t = self.routes
-        used = t.used
-        rkeys = t.keys
-        i = 0
-        while i < t.capacity:
-            if used[i] and self.r_src[i] != 0 and ticks_diff(now, self.r_last[i]) < ROUTE_EXPIRY_MS:
-                ek = rkeys[i]
-                es = self.r_seq[i]
-                # skip entries whose watermark (key, seq) is beyond the frame's
-                if ek > wm_key or (ek == wm_key and es < wm_seq):
-                    i += 1
+        # 6. routing table entries (transitive paths): skip expired entries,
+        # entries from the local port, and entries whose watermark (key,
+        # seq) is beyond the frame's; then an exact match (not for
+        # bootstraps), else the smallest key between destination and best
+        if not exact:
+            t = self.routes
+            keys = t.keys
+            order = t.order
+            cnt = t.count
+            pos = t.lower(dst, 0)
+            src = self.r_src
+            last = self.r_last
+            while pos < cnt:
+                s = order[pos]
+                ko = s << 5
+                c = key_cmp(keys, ko, dst, 0)
+                if c > 0 and key_cmp(keys, ko, bbuf, boff) >= 0:
+                    break                   # at or above the best key: done
+                w = key_cmp(keys, ko, wm_key, 0)
+                if w > 0:
+                    break                   # beyond the watermark, as all after it
+                pos += 1
+                if src[s] == 0 or ticks_diff(now, last[s]) >= ROUTE_EXPIRY_MS:
                     continue
-                if not bootstrap and ek == dst and best_key != dst:
-                    best_key = ek
-                    best_port = self.r_src[i]
-                    best_seq = es
-                elif dst < ek < best_key:
-                    best_key = ek
-                    best_port = self.r_src[i]
-                    best_seq = es
-            i += 1
+                if w == 0 and self._seq_lt(s, wm_seq):
+                    continue
+                if c == 0:
+                    if bootstrap:
+                        continue            # not dst < key: look further up
+                    exact = True
+                bbuf = keys
+                boff = ko
+                best_port = src[s]
+                self.nh_slot = s
+                break
+        if self.nh_slot >= 0:
+            best_seq = self.seq(self.nh_slot)
         # 7. prefer the faster link type to the chosen peer
         if best_port:
             links = r.port_link
+            b0 = bbuf[boff]
             p = 1
             while p < np:
-                if ports[p] and p != best_port and pkeys[p] == best_key:
-                    if links[p] < links[best_port]:
-                        best_port = p
-                    elif links[p] == links[best_port] and tree.ann_valid[p] and tree.ann_valid[best_port] \
-                            and tree.ann_seq[p] == tree.ann_seq[best_port] \
-                            and tree.ann_order[best_port] > tree.ann_order[p]:
-                        best_port = p
+                if ports[p] and p != best_port:
+                    pk = pkeys[p]
+                    if pk[0] == b0 and key_cmp(pk, 0, bbuf, boff) == 0:
+                        if links[p] < links[best_port]:
+                            best_port = p
+                        elif links[p] == links[best_port] and tree.ann_valid[p] \
+                                and tree.ann_valid[best_port] \
+                                and tree.ann_seq[p] == tree.ann_seq[best_port] \
+                                and tree.ann_order[best_port] > tree.ann_order[p]:
+                            best_port = p
                 p += 1
         # PROTOCOL_NOTES.md difference 1: the reference always returns
         # (best key, best sequence), also when the sequence is 0.
         self.nh_port = best_port
-        self.nh_key = best_key
+        self.nh_key = bbuf
+        self.nh_koff = boff
         self.nh_seq = best_seq
         return best_port
+
+    def nh_worse(self, wm_key, wm_seq):
+        """The next-hop watermark (nh_key, nh_seq) is worse than (wm_key,
+        wm_seq): a higher key, or the same key with a lower non-zero
+        sequence (reference WorseThan), compared in place."""
+        c = key_cmp(self.nh_key, self.nh_koff, wm_key, 0)
+        if c > 0:
+            return True
+        if c == 0 and self.nh_seq != 0 and self.nh_seq < wm_seq:
+            return True
+        return False
 
     # ---- bootstraps -----------------------------------------------------
     def handle_bootstrap(self, port, buf, n, f, now):
@@ -232,6 +350,11 @@ class Snake:
         c = r.counters
         tree = r.tree
         self.now = now
+        if f.seq >= SEQ_LIMIT:
+            # a sequence beyond 2**61 ms (70 million years of Unix time)
+            # cannot be stored in the route's two halves: not a real one
+            c.drops[D_MALFORMED] += 1
+            return -1
         copy_into(self.k_dst, 0, buf, f.dst_off, 32)
         bkey = self.k_dst
         # cheap checks before the signature: root must match ours
@@ -243,10 +366,11 @@ class Snake:
             c.drops[D_BOOTSTRAP_SELF] += 1
             return -1
         slot = self.routes.find(bkey)
+        # the root the bootstrap carries is our current one (checked above)
+        rix = self.root_index(self.k_root, f.root_seq)
         # replay check (PROTOCOL_NOTES.md difference 4: only against an entry for
         # the same root; an entry for another root is replaced)
-        if slot >= 0 and self.r_root[slot] == self.k_root and self.r_root_seq[slot] == f.root_seq \
-                and f.seq <= self.r_seq[slot]:
+        if slot >= 0 and self.r_root[slot] == rix and not self._seq_lt(slot, f.seq):
             c.drops[D_BOOTSTRAP_REPLAY] += 1
             return -1
         # where would it go next? (loop and watermark checks are cheap too)
@@ -257,7 +381,7 @@ class Snake:
             if nh == port:
                 c.drops[D_LOOP] += 1
                 return -1
-            if worse(self.nh_key, self.nh_seq, self.k_wm, f.wm_seq):
+            if self.nh_worse(self.k_wm, f.wm_seq):
                 c.drops[D_WATERMARK] += 1
                 return -1
         desc_change = dead_end and self._desc_would_change(bkey, port)
@@ -269,8 +393,8 @@ class Snake:
         if policy == "off":
             need = False
         elif policy == "on-change":
-            need = (slot < 0 or self.r_src[slot] != port or self.r_root[slot] != self.k_root
-                    or self.r_root_seq[slot] != f.root_seq or desc_change)
+            need = (slot < 0 or self.r_src[slot] != port or self.r_root[slot] != rix
+                    or desc_change)
         if need:
             so = f.sig_off
             ok = r.verify(bytes(bkey), bytes(buf[f.signed_off:f.signed_off + f.signed_len]),
@@ -291,16 +415,15 @@ class Snake:
         self.r_src[slot] = port
         self.r_dst[slot] = nh
         self.r_last[slot] = now
-        self.r_root[slot] = r.root_obj   # == k_root (checked above), shared
-        self.r_root_seq[slot] = f.root_seq
+        self.r_root[slot] = rix
         # PROTOCOL_NOTES.md difference 3: the route's watermark is (bootstrapping
-        # key, bootstrap sequence): r_seq is that sequence
-        self.r_seq[slot] = f.seq
+        # key, bootstrap sequence): the entry's sequence is that sequence
+        self._set_seq(slot, f.seq)
         if dead_end:
             if desc_change or (self.desc_valid and self.desc_key == bkey):
                 self._set_desc(bkey, port, now, f.root_seq, f.seq)
             return 0
-        self.fwd_len = wire.set_watermark(buf, n, f, self.nh_key, 0, self.nh_seq)
+        self.fwd_len = wire.set_watermark(buf, n, f, self.nh_key, self.nh_koff, self.nh_seq)
         return nh
 
     def _desc_would_change(self, bkey, port):
@@ -349,7 +472,9 @@ class Snake:
         nh = self.next_hop(own, True, FULL_KEY, 0, now)
         if nh == 0:
             return 0
-        self.fwd_len = wire.encode_bootstrap(buf, own, self.nh_key, self.nh_seq, seq, root, rseq, sig)
+        o = self.nh_koff
+        wm = bytes(self.nh_key[o:o + 32])
+        self.fwd_len = wire.encode_bootstrap(buf, own, wm, self.nh_seq, seq, root, rseq, sig)
         return nh
 
     # ---- maintenance ----------------------------------------------------

@@ -10,8 +10,8 @@
 # router to send announcements (router.announce_to(port) / announce_all()).
 from snake import wire
 from array import array
-from snake.platform import ticks_diff, copy_into
-from snake.tables import key_eq_at, keys_eq_at
+from snake.platform import ticks_diff, copy_into, key_cmp
+from snake.tables import key_eq_at, keys_eq_at, HopPool, NONE
 
 ROOT_INTERVAL_MS = 30 * 60 * 1000   # root re-announces with seq+1
 ANN_EXPIRY_MS = 45 * 60 * 1000      # a peer's announcement expires
@@ -27,31 +27,33 @@ class Tree:
         P = profile.max_peers + 1
         H = profile.max_hops
         self.max_hops = H
-        amax = profile.frame_max
-        # port 0 is the local router: its slots stay empty
+        # Peers' announcements are stored as paths of nodes in one shared
+        # hop pool (tables.HopPool): hop i of peer p is node
+        # ann_path[p * H + i]. Announcements of neighbours share their
+        # prefix from the root down, so a pool of ~2 x max_hops nodes holds
+        # what max_peers raw frames of max_hops hops would (measured:
+        # docs/CAPACITY.md). Port 0 is the local router: its slots stay empty.
+        cap = profile.hop_pool if profile.hop_pool else 2 * H + 2 * profile.max_peers
+        self.pool = HopPool(cap)
         self.ann_valid = bytearray(P)
+        self.ann_seen = bytearray(P)     # an announcement arrived since port_up
         self.ann_root = [bytearray(32 if i else 0) for i in range(P)]
         self.ann_seq = [0] * P
-        self.ann_time = [0] * P
+        self.ann_time = array("i", [0] * P)
         self.ann_order = [0] * P
-        # the whole announcement frame as received (re-signed for our peers
-        # when that peer becomes our parent)
-        self.ann_raw = [bytearray(amax if i else 0) for i in range(P)]
-        self.ann_len = [0] * P
-        self.ann_nhops = [0] * P
-        # offsets of the hop keys inside ann_raw (compared in place)
-        self.ann_hk = [array("H", [0] * (H if i else 0)) for i in range(P)]
-        # ports of all hops, encoded: our coordinates if this peer is the
-        # parent. 3 bytes per hop covers port numbers below 2^21.
-        self.cmax = 3 * H
-        self.ann_coords = [bytearray(self.cmax if i else 1) for i in range(P)]
-        self.ann_clen = [0] * P      # byte length of all hop ports
-        self.ann_pclen = [0] * P     # byte length without the last hop: peer's coords
-        # ancestors via the parent as preallocated keys: SNEK compares them
-        # with < on every frame, so only the parent's are kept as objects
-        self.par_keys = [bytearray(32) for _ in range(H)]
+        self.ann_nhops = bytearray(P)
+        self.ann_mine = bytearray(P)     # the announcement names our own key
+        self.ann_path = array("H", [NONE] * (P * H))
+        # Coordinates are the ports of these hops (pool.port): a peer's are
+        # its path's but the last hop, ours are the parent's whole path.
+        self.dports = array("H", [0] * H)  # scratch: destination coordinates
+        self.evicted = 0                 # announcements forgotten for want of pool room
+        # the parent's hops sorted by key (SNEK next hop, step 3.3)
+        self.par_sorted = array("H", [0] * H)
         self.par_n = 0
-        self.par_of = -1             # (port, order) the ancestors were loaded from
+        self.par_of = -1             # parent order the sorted ancestors were built from
+        self.known = array("H", [NONE] * H)  # scratch: pool nodes of the frame's hops
+        self.known_n = 0
         self.order = 0               # global receive order
         self.parent = 0              # 0: we are the root
         self.seq = 1                 # our root sequence (when root)
@@ -60,7 +62,6 @@ class Tree:
         self.wait_until = 0
         self.sig = None              # our hop signature over the parent's announcement
         self.root_sig = None         # our hop signature as root (key | seq)
-        self.f = wire.Frame(H)       # scratch view for stored announcements
         self._prev_root = bytearray(32)  # scratch: the peer's previous root
         self.changed = False         # root/parent changed since last check
 
@@ -76,11 +77,22 @@ class Tree:
             return self.ann_seq[self.parent]
         return self.seq
 
-    def coords_buf(self):
-        """(buffer, length) of our encoded coordinates, via attributes."""
-        if self.parent:
-            return self.ann_coords[self.parent], self.ann_clen[self.parent]
-        return self.ann_coords[0], 0
+    def coords(self, port=0):
+        """Coordinates as a list of ports (introspection; allocates): ours
+        for port 0, else the peer's."""
+        if port == 0:
+            p = self.parent
+            n = self.ann_nhops[p] if p and self.ann_valid[p] else 0
+        else:
+            p = port
+            n = self.ann_nhops[p] - 1 if self.ann_valid[p] else 0
+        base = p * self.max_hops
+        return [self.pool.port[self.ann_path[base + i]] for i in range(n)]
+
+    def coords_bytes(self):
+        """Our coordinates as a wire body (varu64 ports), for the traffic we
+        originate."""
+        return wire.encode_coords_body(self.coords())
 
     def depth(self):
         """Our depth in the tree (number of ports in our coordinates)."""
@@ -89,42 +101,90 @@ class Tree:
         return 0
 
     def contains(self, port, key):
-        raw = self.ann_raw[port]
-        offs = self.ann_hk[port]
+        """The stored announcement of `port` names `key`."""
+        pool = self.pool
+        base = port * self.max_hops
         i = 0
         n = self.ann_nhops[port]
         while i < n:
-            if key_eq_at(key, raw, offs[i]):
+            if key_cmp(pool.keys, self.ann_path[base + i] << 5, key, 0) == 0:
                 return True
             i += 1
         return False
 
+    def hop_key(self, port, i):
+        """Key of hop i of port's announcement as bytes (introspection)."""
+        x = self.ann_path[port * self.max_hops + i]
+        return bytes(self.pool.keys[x << 5:(x << 5) + 32])
+
     def ancestors(self):
-        """Keys of our ancestors (the parent's announcement hops), loaded
-        into preallocated objects when the parent or its announcement
-        changes; sets self.par_n."""
+        """The parent's hops (pool nodes) sorted by key, rebuilt when the
+        parent or its announcement changes; sets self.par_n."""
         p = self.parent
         if p == 0 or not self.ann_valid[p]:
             self.par_n = 0
-            return self.par_keys
+            return self.par_sorted
         if self.par_of != self.ann_order[p]:
-            raw = self.ann_raw[p]
-            offs = self.ann_hk[p]
+            keys = self.pool.keys
+            sk = self.par_sorted
+            base = p * self.max_hops
             n = self.ann_nhops[p]
             i = 0
             while i < n:
-                copy_into(self.par_keys[i], 0, raw, offs[i], 32)
+                x = self.ann_path[base + i]
+                j = i
+                while j > 0 and key_cmp(keys, sk[j - 1] << 5, keys, x << 5) > 0:
+                    sk[j] = sk[j - 1]
+                    j -= 1
+                sk[j] = x
                 i += 1
             self.par_n = n
             self.par_of = self.ann_order[p]
-        return self.par_keys
+        return self.par_sorted
+
+    def peer_with_key(self, buf, off):
+        """Lowest port whose stored announcement names the key
+        buf[off:off+32] (SNEK next hop, step 4), or 0."""
+        pool = self.pool
+        ports = self.r.up
+        H = self.max_hops
+        path = self.ann_path
+        best = 0
+        x = pool.first_key(buf, off)
+        while x != NONE:
+            d = pool.depth[x]
+            p = 1
+            lim = best if best else len(ports)
+            while p < lim:
+                if ports[p] and self.ann_valid[p] and self.ann_nhops[p] > d \
+                        and path[p * H + d] == x:
+                    best = p
+                    break
+                p += 1
+            x = pool.next_key(x, buf, off)
+        return best
 
     def expired(self, port, now):
         return ticks_diff(now, self.ann_time[port]) >= ANN_EXPIRY_MS
 
     # ---- receive --------------------------------------------------------
+    def fits(self, f):
+        """The announcement can be stored: every hop port fits 16 bits (the
+        reference's switch has 256 ports) and its depth max_hops."""
+        if f.nhops > self.max_hops:
+            return False
+        i = 0
+        while i < f.nhops:
+            if f.hop_port[i] > 0xFFFF:
+                return False
+            i += 1
+        return True
+
     def sanity_check(self, port, buf, f):
-        """Returns None if the announcement is acceptable, else a reason."""
+        """Returns None if the announcement is acceptable, else a reason.
+        Hops already in the pool (same parent node, port, key and signature:
+        a byte-identical prefix) were verified when they were stored; only
+        the new ones are verified. Leaves the known prefix in self.known."""
         n = f.nhops
         if n < 1:
             return "no_hops"
@@ -149,8 +209,19 @@ class Tree:
         if self.ann_valid[port] and key_eq_at(self.ann_root[port], buf, root_off):
             if f.root_seq < self.ann_seq[port]:
                 return "sequence_backwards"
-        # every hop signature must verify (cache: a known prefix costs nothing)
+        # every hop signature must verify
+        pool = self.pool
+        known = self.known
+        par = NONE
         i = 0
+        while i < n:
+            x = pool.lookup(par, i, f.hop_port[i], buf, f.hop_key_off[i], f.hop_sig_off[i])
+            if x == NONE:
+                break
+            known[i] = x
+            par = x
+            i += 1
+        self.known_n = i
         while i < n:
             ko = f.hop_key_off[i]
             so = f.hop_sig_off[i]
@@ -160,52 +231,122 @@ class Tree:
             i += 1
         return None
 
+    def _release(self, port):
+        """Forget port's stored path (its pool nodes lose a reference)."""
+        if not self.ann_valid[port]:
+            return
+        self.ann_valid[port] = 0
+        pool = self.pool
+        base = port * self.max_hops
+        i = self.ann_nhops[port] - 1
+        while i >= 0:
+            pool.decref(self.ann_path[base + i])
+            i -= 1
+        self.ann_nhops[port] = 0
+
+    def _evict_for(self, port, need):
+        """Make `need` pool nodes free by forgetting other peers'
+        announcements: never the parent's, deepest first (the least
+        useful for tree routing and the last a parent would be chosen
+        from); each forgotten one counts in `evicted`."""
+        pool = self.pool
+        while pool.free() < need:
+            victim = 0
+            p = 1
+            while p < len(self.ann_valid):
+                if p != port and p != self.parent and self.ann_valid[p]:
+                    if not victim or self.ann_nhops[p] > self.ann_nhops[victim] or (
+                            self.ann_nhops[p] == self.ann_nhops[victim]
+                            and self.ann_order[p] > self.ann_order[victim]):
+                        victim = p
+                p += 1
+            if not victim:
+                return False
+            self._release(victim)
+            self.evicted += 1
+        return True
+
     def store(self, port, buf, n, f, now):
-        copy_into(self.ann_raw[port], 0, buf, 0, n)
-        self.ann_len[port] = n
+        """Store port's announcement (checked by sanity_check just before)
+        as a path in the pool; False (nothing stored, the previous one
+        forgotten) when the pool cannot hold it."""
+        pool = self.pool
+        nh = f.nhops
+        known = self.known
+        kn = self.known_n
+        # take the known prefix before letting go of the old path (they
+        # may share nodes), then make room for the new hops
+        i = 0
+        while i < kn:
+            pool.incref(known[i])
+            i += 1
+        self._release(port)
+        if pool.free() < nh - kn and not self._evict_for(port, nh - kn):
+            i = 0
+            while i < kn:
+                pool.decref(known[i])
+                i += 1
+            return False
+        H = self.max_hops
+        base = port * H
+        path = self.ann_path
+        par = known[kn - 1] if kn else NONE
+        i = 0
+        while i < nh:
+            if i < kn:
+                x = known[i]
+            else:
+                x = pool.add(par, i, f.hop_port[i], buf, f.hop_key_off[i], f.hop_sig_off[i])
+                pool.incref(x)
+            path[base + i] = x
+            par = x
+            i += 1
         copy_into(self.ann_root[port], 0, buf, f.root_off, 32)
         self.ann_seq[port] = f.root_seq
         self.ann_time[port] = now
         self.order += 1
         self.ann_order[port] = self.order
-        nh = f.nhops
         self.ann_nhops[port] = nh
-        offs = self.ann_hk[port]
-        coords = self.ann_coords[port]
-        off = 0
+        mine = 0
+        key = self.r.key
         i = 0
-        while i < nh:
-            offs[i] = f.hop_key_off[i]
-            if i == nh - 1:
-                self.ann_pclen[port] = off
-            off = wire.encode_varu64(coords, off, f.hop_port[i])
+        while i < nh and not mine:
+            if key_eq_at(key, buf, f.hop_key_off[i]):
+                mine = 1
             i += 1
-        self.ann_clen[port] = off
+        self.ann_mine[port] = mine
         self.ann_valid[port] = 1
+        self.ann_seen[port] = 1
+        return True
 
-    def fits(self, f):
-        """The announcement's coordinates fit our fixed storage."""
-        total = 0
-        i = 0
-        while i < f.nhops:
-            total += wire.varu64_len(f.hop_port[i])
-            i += 1
-        return total <= self.cmax
+    def drop_announcement(self, port, now):
+        """port's latest announcement could not be stored (too deep for
+        this node): the older one it replaces is no longer true either."""
+        was_parent = port == self.parent and self.ann_valid[port]
+        self._release(port)
+        self.par_of = -1
+        if was_parent:
+            self.select_parent(now)
 
     def handle(self, port, buf, n, f, now):
-        """Apply the re-parenting rules (docs/PROTOCOL_NOTES.md) to an announcement that
-        passed the sanity checks."""
+        """Apply the re-parenting rules (docs/PROTOCOL_NOTES.md) to an
+        announcement that passed the sanity checks. Returns False when it could not be stored."""
         key = self.r.key
-        first = not self.ann_valid[port]
+        first = not self.ann_seen[port]
         prev_root = self._prev_root
         prev_seq = 0
-        if not first:
+        had = self.ann_valid[port]
+        if had:
             copy_into(prev_root, 0, self.ann_root[port], 0, 32)
             prev_seq = self.ann_seq[port]
         else:
             copy_into(prev_root, 0, b"\x00" * 32, 0, 32)
-        was_weaker_before = (not first) and prev_root < self.root_key()
-        self.store(port, buf, n, f, now)
+        was_weaker_before = had and prev_root < self.root_key()
+        if not self.store(port, buf, n, f, now):
+            if port == self.parent:
+                self.par_of = -1
+                self.select_parent(now)
+            return False
         if first:
             self.r.on_first_announcement(port)
         new_root = self.ann_root[port]
@@ -213,35 +354,36 @@ class Tree:
 
         if port == self.parent:
             if self.wait:
-                return  # store only
-            if self.contains(port, key) or new_root < prev_root or (
+                return True  # store only
+            if self.ann_mine[port] or new_root < prev_root or (
                     new_root == prev_root and new_seq == prev_seq):
                 # bad news: our parent lost its way to the root (or looped)
                 self.become_root(now, wait=True)
-                return
+                return True
             if new_root > prev_root or new_seq > prev_seq:
                 self.sig = None  # re-sign the new announcement
                 self.changed = True
                 self.r.announce_all()
-            return
+            return True
 
         # from another peer
         if self.wait:
-            return
-        if self.contains(port, key):
-            return
+            return True
+        if self.ann_mine[port]:
+            return True
         our_root = self.root_key()
         if new_root > our_root:
             self.set_parent(port)
-            return
+            return True
         if new_root < our_root:
             # Reference behaviour (PROTOCOL_NOTES.md difference 6): a weaker root
             # heard from this peer for the first time gets no immediate
             # reply; we answer when the peer repeats it.
             if was_weaker_before:
                 self.r.announce_to(port)
-            return
+            return True
         self.select_parent(now)
+        return True
 
     # ---- decisions ------------------------------------------------------
     def set_parent(self, port):
@@ -276,7 +418,7 @@ class Tree:
         p = 1
         while p < len(ports):
             if ports[p] and self.ann_valid[p] and not self.expired(p, now) \
-                    and not self.contains(p, key):
+                    and not self.ann_mine[p]:
                 root = self.ann_root[p]
                 seq = self.ann_seq[p]
                 take = False
@@ -302,9 +444,10 @@ class Tree:
 
     def port_down(self, port, now):
         was = self.ann_valid[port]
-        self.ann_valid[port] = 0
-        self.ann_nhops[port] = 0
+        self._release(port)
+        self.ann_seen[port] = 0
         if was and port == self.parent:
+            self.par_of = -1
             self.select_parent(now)
 
     def tick(self, now):
@@ -322,7 +465,9 @@ class Tree:
     # ---- building our announcement for one peer -------------------------
     def build(self, buf, port):
         """Our current announcement, signed for `port`, into buf; returns
-        the frame length."""
+        the frame length. As a child: the parent's announcement rebuilt
+        from the pool (the bytes it sent, ports in minimal varu64 as the
+        reference encodes them), plus our hop."""
         r = self.r
         if self.parent == 0:
             if self.root_sig is None:
@@ -332,23 +477,69 @@ class Tree:
                 self.root_sig = r.sign(bytes(signed))
             return wire.encode_announcement(buf, r.key, self.seq, [(port, r.key, self.root_sig)])
         p = self.parent
-        raw = self.ann_raw[p]
-        f = self.f
-        f.decode(raw, self.ann_len[p])
+        pool = self.pool
+        i = wire.announcement_start(buf, self.ann_root[p], self.ann_seq[p])
+        base = p * self.max_hops
+        h = 0
+        nh = self.ann_nhops[p]
+        while h < nh:
+            x = self.ann_path[base + h]
+            i = wire.announcement_hop(buf, i, pool.port[x], pool.keys, x << 5, pool.sigs, x << 6)
+            h += 1
         if self.sig is None:
-            self.sig = r.sign(wire.announcement_signed(raw, f))
-        return wire.extend_announcement(buf, raw, f, port, r.key, self.sig)
+            self.sig = r.sign(bytes(buf[12:i]))
+        i = wire.announcement_hop(buf, i, port, r.key, 0, self.sig, 0)
+        return wire.announcement_end(buf, i)
 
     # ---- tree routing -----------------------------------------------------
+    def _dst_ports(self, buf, doff, dlen):
+        """Decode the destination coordinates into self.dports (the first
+        max_hops ports; a port above 16 bits, which no stored hop has, as 0)
+        and return how many ports there are in all. Allocates nothing."""
+        dp = self.dports
+        H = self.max_hops
+        end = doff + dlen
+        i = doff
+        k = 0
+        while i < end:
+            v = 0
+            while True:
+                b = buf[i]
+                i += 1
+                if v <= 0xFFFF:
+                    v = (v << 7) | (b & 0x7F)
+                if b < 0x80:
+                    break
+            if k < H:
+                dp[k] = v if v <= 0xFFFF else 0
+            k += 1
+        return k
+
+    def _dist(self, p, n, nd):
+        """Tree distance between the first n hop ports of port p's path and
+        the nd destination ports in self.dports."""
+        dp = self.dports
+        m = nd if nd < self.max_hops else self.max_hops
+        if n < m:
+            m = n
+        base = p * self.max_hops
+        path = self.ann_path
+        pport = self.pool.port
+        k = 0
+        while k < m and pport[path[base + k]] == dp[k]:
+            k += 1
+        return n + nd - 2 * k
+
     def next_hop(self, buf, doff, dlen, from_port):
         """Tree next hop towards the encoded coordinates buf[doff:doff+dlen]:
         a peer strictly closer than us (ties: earliest received
         announcement); 0 when none. Sets self.dist to our own distance."""
-        p = self.parent   # (no tuple from coords_buf(): hot path, no allocation)
-        if p:
-            ours = wire.coords_distance(self.ann_coords[p], 0, self.ann_clen[p], buf, doff, dlen)
+        nd = self._dst_ports(buf, doff, dlen)
+        p = self.parent
+        if p and self.ann_valid[p]:
+            ours = self._dist(p, self.ann_nhops[p], nd)
         else:
-            ours = wire.coords_distance(self.ann_coords[0], 0, 0, buf, doff, dlen)
+            ours = nd
         self.dist = ours
         if ours == 0:
             return 0
@@ -361,10 +552,9 @@ class Tree:
         while p < len(ports):
             if ports[p] and p != from_port and self.ann_valid[p] \
                     and self.ann_seq[p] == rseq and self.ann_root[p] == root:
-                d = wire.coords_distance(self.ann_coords[p], 0, self.ann_pclen[p], buf, doff, dlen)
+                d = self._dist(p, self.ann_nhops[p] - 1, nd)
                 if d < best_d or (d == best_d and best and self.ann_order[p] < self.ann_order[best]):
                     best = p
                     best_d = d
             p += 1
         return best
-

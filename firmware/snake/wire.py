@@ -48,6 +48,7 @@
 # MAX_FRAME), key / sig (encoder: wrong key or signature length),
 # no_watermark (set_watermark on a frame without one), capabilities
 # (handshake).
+from array import array
 from snake.platform import const, copy_into
 
 MAGIC = b"pine"
@@ -290,10 +291,12 @@ class Frame:
         self.root_off = 0
         self.root_seq = 0
         self.nhops = 0
-        self.hop_off = [0] * max_hops
+        # offsets in 16-bit arrays (a frame is at most 65535 bytes); ports
+        # in a list (a varu64 may exceed any array type)
+        self.hop_off = array("H", [0] * max_hops)
         self.hop_port = [0] * max_hops
-        self.hop_key_off = [0] * max_hops
-        self.hop_sig_off = [0] * max_hops
+        self.hop_key_off = array("H", [0] * max_hops)
+        self.hop_sig_off = array("H", [0] * max_hops)
         # bootstrap / wakeup
         self.seq = 0
         self.sig_off = 0
@@ -576,6 +579,35 @@ def encode_announcement(buf, root_key, root_seq, hops):
         i = encode_varu64(buf, i, h[0])
         i = _put_key(buf, i, h[1])
         i = _put_sig(buf, i, h[2])
+    return n
+
+
+def announcement_start(buf, root_key, root_seq):
+    # An announcement written hop by hop (from stored hops, no tuples):
+    # announcement_start, then announcement_hop per hop, then
+    # announcement_end; the bytes equal encode_announcement's.
+    _fit(buf, 12 + _KEY)
+    i = _put_key(buf, 12, root_key)
+    return encode_varu64(buf, i, root_seq)
+
+
+def announcement_hop(buf, i, port, kbuf, koff, sbuf, soff):
+    # Append hop (port, kbuf[koff:koff+32], sbuf[soff:soff+64]) at offset i;
+    # returns the offset after it.
+    i = encode_varu64(buf, i, port)
+    if i + _HOP > len(buf):
+        raise WireError("oversize")
+    copy_into(buf, i, kbuf, koff, _KEY)
+    copy_into(buf, i + _KEY, sbuf, soff, _SIG)
+    return i + _HOP
+
+
+def announcement_end(buf, n):
+    # Header and payload length of the announcement ending at n.
+    if n > MAX_FRAME:
+        raise WireError("oversize")
+    _put_header(buf, T_ANNOUNCEMENT, 0, n)
+    _put_u16(buf, 10, n - 12)
     return n
 
 

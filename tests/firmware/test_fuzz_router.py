@@ -510,16 +510,46 @@ class Rig:
                 j += 1
             assert t.count <= t.capacity, (name, t.count, t.capacity)
             assert t.count == used, (name, t.count, used)
+            # the sorted index holds exactly the used slots, in key order
+            seen = {}
+            j = 0
+            while j < t.count:
+                s = t.order[j]
+                assert t.used[s] and s not in seen, (name, "order", j, s)
+                seen[s] = 1
+                if j:
+                    assert t.key(t.order[j - 1]) < t.key(s), (name, "unsorted", j)
+                j += 1
         assert 0 <= r.sigcache.count <= r.sigcache.capacity
         assert len(r.up) == self.profile.max_peers + 1
         tree = r.tree
         if tree.parent:
             assert r.up[tree.parent] and tree.ann_valid[tree.parent], ("parent", tree.parent)
         p = 1
+        refs = 0
         while p < len(r.up):
             if tree.ann_valid[p]:
                 assert r.up[p], ("announcement kept for a down port", p)
+                refs += tree.ann_nhops[p]
+                h = 0
+                while h < tree.ann_nhops[p]:
+                    x = tree.ann_path[p * tree.max_hops + h]
+                    assert tree.pool.live[x] and tree.pool.ref[x] > 0, ("dead hop in a path", p, h)
+                    assert tree.pool.depth[x] == h, ("hop at the wrong depth", p, h)
+                    h += 1
             p += 1
+        # the hop pool holds exactly the stored paths' nodes
+        pool = tree.pool
+        live = 0
+        total = 0
+        x = 0
+        while x < pool.capacity:
+            if pool.live[x]:
+                live += 1
+                total += pool.ref[x]
+                assert pool.ref[x] > 0, ("unreferenced live hop", x)
+            x += 1
+        assert live == pool.count and total == refs, ("hop pool", live, pool.count, total, refs)
         sn = r.snake
         if sn.desc_valid:
             assert r.up[sn.desc_port], ("descending entry on a down port", sn.desc_port)

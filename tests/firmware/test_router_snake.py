@@ -40,12 +40,7 @@ def setup(me=4, **profile):
 def add_route(n, i, src_port, seq, now=0, dst_port=0):
     s = n.r.snake
     slot = s.routes.insert(pub(i))
-    s.r_src[slot] = src_port
-    s.r_dst[slot] = dst_port
-    s.r_last[slot] = now
-    s.r_root[slot] = pub(9)
-    s.r_root_seq[slot] = 1
-    s.r_seq[slot] = seq
+    s.set_route(slot, src_port, dst_port, now, pub(9), 1, seq)
     return slot
 
 
@@ -53,7 +48,7 @@ def nh(n, dst_i, bootstrap=False, wm=None, wm_seq=0, now=10, dst=None):
     s = n.r.snake
     d = ba(dst if dst is not None else pub(dst_i))
     port = s.next_hop(d, bootstrap, ba(wm) if wm is not None else wire.FULL_KEY, wm_seq, now)
-    return port, bytes(s.nh_key), s.nh_seq
+    return port, bytes(s.nh_key[s.nh_koff:s.nh_koff + 32]), s.nh_seq
 
 
 # ---- next hop ----------------------------------------------------------------
@@ -193,7 +188,7 @@ def test_bootstrap_dead_end_installs_route_and_descending_entry():
     assert n.r.desc_key() == pub(2)
     s = n.r.snake
     slot = s.routes.find(pub(2))
-    assert slot >= 0 and s.r_src[slot] == 2 and s.r_dst[slot] == 0 and s.r_seq[slot] == 1000
+    assert slot >= 0 and s.r_src[slot] == 2 and s.r_dst[slot] == 0 and s.seq(slot) == 1000
     assert n.frames(B_) == []
 
 
@@ -237,17 +232,17 @@ def test_bootstrap_sequence_replay_check():
     assert n.r.counters.drops[D_BOOTSTRAP_REPLAY] == 2
     rx_bootstrap(n, 2, 2, 1001, t=40)
     s = n.r.snake
-    assert s.r_seq[s.routes.find(pub(2))] == 1001 and s.desc_last == 40
+    assert s.seq(s.routes.find(pub(2))) == 1001 and s.desc_last == 40
 
 
 def test_bootstrap_replay_check_ignores_an_entry_for_another_root():
     n = setup()
     n.r.port_up(2, pub(2), 1, 2)
     slot = add_route(n, 2, 2, 5000, now=5)
-    n.r.snake.r_root[slot] = pub(8)
-    rx_bootstrap(n, 2, 2, 1000)
     s = n.r.snake
-    assert s.r_seq[slot] == 1000 and s.r_root[slot] == pub(9)
+    s.r_root[slot] = s.root_index(pub(8), 1)
+    rx_bootstrap(n, 2, 2, 1000)
+    assert s.seq(slot) == 1000 and s.route_root(slot) == (pub(9), 1)
 
 
 def test_descending_closer_key_replaces_farther_is_ignored():

@@ -29,7 +29,7 @@ def test_snek_traffic_for_us_is_delivered_and_source_coordinates_cached():
                     wm_key=pub(4)), 10)
     assert n.delivered == [(pub(2), b"hello")]
     slot = n.r.ccache.find(pub(2))
-    assert slot >= 0 and wire.decode_coords(n.r.cc_coords[slot], 0, n.r.cc_len[slot]) == [3, 1, 5]
+    assert slot >= 0 and wire.decode_coords(n.r.cc_coords, slot * n.r.cc_max, n.r.cc_len[slot]) == [3, 1, 5]
 
 
 def test_reply_uses_tree_routing_to_cached_coordinates():

@@ -30,7 +30,7 @@ def test_find_at_compares_in_place():
     frame[36] ^= 1
     assert t.find_at(frame, 5) == -1
     s = t.insert_at(frame, 5)
-    assert bytes(t.keys[s]) == bytes(frame[5:37])
+    assert t.key(s) == bytes(frame[5:37])
 
 
 def test_full_without_victim_refuses():
@@ -47,11 +47,11 @@ def test_eviction_hook_and_counter():
         # evict the smallest first byte
         best = -1
         for i in range(tab.capacity):
-            if tab.used[i] and (best < 0 or tab.keys[i][0] < tab.keys[best][0]):
+            if tab.used[i] and (best < 0 or tab.keys[32 * i] < tab.keys[32 * best]):
                 best = i
         return best
 
-    t = Table(3, victim=victim, on_evict=lambda s: evicted.append(bytes(t.keys[s])))
+    t = Table(3, victim=victim, on_evict=lambda s: evicted.append(t.key(s)))
     for i in (5, 3, 9):
         t.insert(key(i))
     s = t.insert(key(12))

@@ -63,15 +63,20 @@ def footprint(r):
     bytearray/array elements of those lists). Preallocated storage keeps
     this exactly constant."""
     parts = [r, r.tree, r.snake, r.snake.routes, r.ccache, r.wakeups, r.sigcache, r.f,
-             r.tree.f, r.counters]
+             r.tree.pool, r.counters]
     total = 0
-    for obj in parts:
+    seen = set()      # each container once (result attributes such as
+    for obj in parts:  # snake.nh_key refer to a buffer held elsewhere)
         for name, v in sorted(vars(obj).items()):
-            if isinstance(v, (list, bytearray)) or type(v).__name__ == "array":
+            if (isinstance(v, (list, bytearray)) or type(v).__name__ == "array") \
+                    and id(v) not in seen:
+                seen.add(id(v))
                 total += sys.getsizeof(v)
                 if isinstance(v, list):
                     for e in v:
-                        if isinstance(e, (bytearray, list)) or type(e).__name__ == "array":
+                        if (isinstance(e, (bytearray, list)) or type(e).__name__ == "array") \
+                                and id(e) not in seen:
+                            seen.add(id(e))
                             total += sys.getsizeof(e)
     return total
 
