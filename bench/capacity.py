@@ -106,7 +106,7 @@ def run(spec, profile, overrides, duration, seed, hub_profile=None, pings=60, sa
     prof = make_profile(profile, overrides)
     kw = {}
     if hub_profile:
-        kw["hub_profile"] = make_profile(hub_profile, {})
+        kw["hub_profile"] = hub_profile
     mesh = Mesh(topo, seed=seed, profile=prof, strict=False,
                 hop_limit=prof.traffic_hop_limit, **kw)
     adj = topo.adjacency()
@@ -185,6 +185,16 @@ def run(spec, profile, overrides, duration, seed, hub_profile=None, pings=60, sa
         "sim_stats": dict(mesh.stats),
         "wall_s": round(time.monotonic() - wall0, 1),
     }
+    full = []
+    for n in mesh._nodes:
+        if n.alive:
+            cap = n.router.capacity()
+            if any(cap[t][2] or (t in ("routes", "peers", "depth") and cap[t][0] >= cap[t][1])
+                   for t in cap):
+                full.append((n.name, n.router.profile.name, deg[n.name], peak_routes[n.name],
+                             cap["routes"], cap["depth"], cap["peers"]))
+    out["at_capacity"] = len(full)
+    out["at_capacity_top"] = sorted(full, key=lambda x: -x[3])[:8]
     failed = [x for x in res if not x.ok]
     if failed:
         out["failed_probes"] = [{"src": x.src, "dst": x.dst, "reason": x.reason,

@@ -18,6 +18,7 @@ DEFAULTS = {
     "sig_cache": 64,          # verified-signature cache entries
     "max_hops": 64,           # deepest tree announcement accepted (hops)
     "hop_pool": 0,            # announcement hops stored for all peers (0: 2 x max_hops + 2 x max_peers)
+    "route_hints": 0,         # compact overflow entries for routes the table has no room for
     "frame_max": 8192,        # largest frame accepted/sent, bytes
     "wifi_queue": 16,         # frames queued per Wi-Fi port
     "ble_queue": 4,           # frames queued per BLE port
@@ -79,6 +80,8 @@ class Profile:
             raise ProfileError("profile max_hops must be at most 255")
         if not isinstance(self.hop_pool, int) or self.hop_pool < 0 or self.hop_pool > 65534:
             raise ProfileError("profile hop_pool must be within 0..65534 (0: automatic)")
+        if not isinstance(self.route_hints, int) or self.route_hints < 0 or self.route_hints > 65536:
+            raise ProfileError("profile route_hints must be within 0..65536")
         if self.max_routes > 65534:
             raise ProfileError("profile max_routes must be at most 65534")
         if not isinstance(self.traffic_hop_limit, int) or not 2 <= self.traffic_hop_limit <= 255:

@@ -355,11 +355,18 @@ class Router:
         copy_into(self.k_wm, 0, buf, f.wm_off, 32)
         sn = self.snake
         nh = sn.next_hop(self.k_dst, False, self.k_wm, f.wm_seq, now)
+        if nh == 0 and self.k_dst == self.key:
+            self._deliver(buf, f)
+            return
+        if nh == 0 or (nh == port and not from_tree) or sn.nh_worse(self.k_wm, f.wm_seq):
+            # about to drop: a route hint for the watermark's key may carry
+            # it on, watermark unchanged (snek.Snake.fallback)
+            hp = sn.fallback(self.k_dst, self.k_wm, port, nh == 0, now)
+            if hp:
+                self._relay(port, hp, buf, n, f)
+                return
         if nh == 0:
-            if self.k_dst == self.key:
-                self._deliver(buf, f)
-            else:
-                c.drops[D_NO_ROUTE] += 1
+            c.drops[D_NO_ROUTE] += 1
             return
         # Deviation from the reference (which drops here too): a frame that
         # arrived by tree routing and only now falls back to SNEK may go back
@@ -666,7 +673,7 @@ class Router:
         return {
             "peers": [sum(self.up), len(self.up) - 1, self.peers_refused],
             "routes": [sn.routes.count, sn.routes.capacity,
-                       d[D_ROUTE_TABLE_FULL] + sn.evicted_live],
+                       d[D_ROUTE_TABLE_FULL] + sn.routes_refused + sn.evicted_live],
             "depth": [self.tree.depth(), self.tree.max_hops, d[D_TOO_DEEP]],
             "hops": [self.tree.pool.count, self.tree.pool.capacity, self.tree.evicted],
         }

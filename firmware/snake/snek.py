@@ -48,7 +48,7 @@ class Snake:
         cap = profile.max_routes
         # Route entries: key in the sorted table, fields in flat arrays by
         # slot (~50 bytes an entry on a 32-bit board, nothing boxed).
-        self.routes = Table(cap, victim=self._victim)
+        self.routes = Table(cap, victim=self._victim, on_evict=self._on_evict)
         self.r_src = bytearray(cap)     # port the bootstrap came from
         self.r_dst = bytearray(cap)     # port we forwarded it to (0: dead end)
         self.r_last = array("i", [0] * cap)   # ticks when last refreshed (< 2**30)
@@ -64,6 +64,19 @@ class Snake:
         # two array items are 8 bytes and reading them allocates nothing
         self.r_seq_hi = array("i", [0] * cap)
         self.r_seq_lo = array("i", [0] * cap)
+        # Route hints (a snakemesh overload policy, docs/CAPACITY.md): for
+        # a key the full table has no room for, 9 bytes instead of ~50: the
+        # first 4 key bytes, the port its bootstrap came from, when. Direct-
+        # mapped (a newer key takes a busy slot). See fallback().
+        hc = 1
+        while hc < profile.route_hints:
+            hc <<= 1
+        self.hint_mask = hc - 1 if profile.route_hints else -1
+        hc = hc if profile.route_hints else 0
+        self.hint_pfx = bytearray(4 * hc)
+        self.hint_port = bytearray(hc)
+        self.hint_last = array("i", [0] * hc)
+        self.hints_used = 0             # frames forwarded by a hint
         # descending entry (next-lower key in the snake)
         self.desc_valid = False
         self.desc_key = bytearray(32)
@@ -87,7 +100,9 @@ class Snake:
         self.last_bootstrap = 0
         self.last_maintain = 0
         self._new_key = None            # key being inserted (for the victim rule)
+        self._new_port = 0              # and the port its bootstrap came from
         self.evicted_live = 0           # unexpired entries evicted for lack of room
+        self.routes_refused = 0         # bootstraps relayed without a route: no room
         self.now = 0
 
     # ---- route fields ------------------------------------------------------------
@@ -141,13 +156,75 @@ class Snake:
         self.r_root[slot] = self.root_index(root, root_seq)
         self._set_seq(slot, seq)
 
+    # ---- route hints ----------------------------------------------------------
+    def _hint_slot(self, buf, off):
+        return ((buf[off] << 8) | buf[off + 1]) & self.hint_mask
+
+    def set_hint(self, buf, off, port, now):
+        """Remember that the bootstrap of key buf[off:off+32] came from port."""
+        if self.hint_mask < 0:
+            return
+        i = self._hint_slot(buf, off)
+        o = i << 2
+        pf = self.hint_pfx
+        pf[o] = buf[off]
+        pf[o + 1] = buf[off + 1]
+        pf[o + 2] = buf[off + 2]
+        pf[o + 3] = buf[off + 3]
+        self.hint_port[i] = port
+        self.hint_last[i] = now
+
+    def hint(self, buf, off, now):
+        """Port a live hint names for key buf[off:off+32], or 0."""
+        if self.hint_mask < 0:
+            return 0
+        i = self._hint_slot(buf, off)
+        p = self.hint_port[i]
+        if p == 0 or ticks_diff(now, self.hint_last[i]) >= ROUTE_EXPIRY_MS:
+            return 0
+        o = i << 2
+        pf = self.hint_pfx
+        if pf[o] != buf[off] or pf[o + 1] != buf[off + 1] or pf[o + 2] != buf[off + 2] \
+                or pf[o + 3] != buf[off + 3]:
+            return 0
+        if not self.r.up[p]:
+            return 0
+        return p
+
+    def fallback(self, dst, wm_key, in_port, dead_end, now):
+        """Snakemesh overload policy (docs/CAPACITY.md; beyond the seeds,
+        which assume every route fits): the frame would be dropped here (a
+        dead end that is not ours, a loop, or a watermark worse than the
+        frame's), and the key its watermark names, the key an upstream
+        node was routing it towards, is one whose route did not fit our
+        table. Had it fitted, the seeds' rules would have chosen it: it is
+        the watermark's key, so it lies above the destination, and nothing
+        we know lies between. So send the frame where that key's bootstrap
+        came from, with its watermark unchanged (exactly what that route
+        would have written). Returns the port, or 0 to drop as before."""
+        if self.hint_mask < 0:
+            return 0
+        if dead_end:
+            # a dead end is ours unless the watermark's key lies between
+            # the destination and our own key (or is the destination)
+            c = key_cmp(wm_key, 0, self.r.key, 0)
+            if c >= 0 and key_cmp(wm_key, 0, dst, 0) != 0:
+                return 0
+        p = self.hint(wm_key, 0, now)
+        if p == 0 or p == in_port:
+            return 0
+        self.hints_used += 1
+        return p
+
     # ---- table eviction ----------------------------------------------------
     def _victim(self, table):
-        """Eviction rule for a full routing table: an expired entry first;
-        otherwise the entry whose key is farthest from our own key in
-        keyspace (|entry - own| as 256-bit integers: the smallest or the
-        largest key), but only if the new key is closer than it (else the
-        insert is refused and counted)."""
+        """Eviction rule for a full routing table (a snakemesh policy: the
+        seeds assume room for every route; docs/CAPACITY.md): an expired
+        entry first; otherwise the entry whose key is farthest from our own
+        key in keyspace (|entry - own| as 256-bit integers: the smallest or
+        the largest key), but only if the new key is closer than it (else
+        the insert is refused, counted, and the key becomes a hint). The
+        keys next to ours decide where bootstraps end, so they stay."""
         now = self.now
         i = 0
         while i < table.capacity:
@@ -169,6 +246,11 @@ class Snake:
         if worst >= 0:
             self.evicted_live += 1
         return worst
+
+    def _on_evict(self, slot):
+        # a live entry evicted for room lives on as a hint
+        if ticks_diff(self.now, self.r_last[slot]) < ROUTE_EXPIRY_MS:
+            self.set_hint(self.routes.keys, slot << 5, self.r_src[slot], self.r_last[slot])
 
     # ---- next hop ------------------------------------------------------------
     def next_hop(self, dst, bootstrap, wm_key, wm_seq, now):
@@ -376,8 +458,14 @@ class Snake:
         # where would it go next? (loop and watermark checks are cheap too)
         copy_into(self.k_wm, 0, buf, f.wm_off, 32)
         nh = self.next_hop(bkey, True, self.k_wm, f.wm_seq, now)
+        keep_wm = False
+        if nh == 0 or nh == port or self.nh_worse(self.k_wm, f.wm_seq):
+            hp = self.fallback(bkey, self.k_wm, port, nh == 0, now)
+            if hp:
+                nh = hp
+                keep_wm = True
         dead_end = nh == 0
-        if not dead_end:
+        if not dead_end and not keep_wm:
             if nh == port:
                 c.drops[D_LOOP] += 1
                 return -1
@@ -407,23 +495,36 @@ class Snake:
         # install / refresh the route (every node on the path installs it)
         if slot < 0:
             self._new_key = bkey
+            self._new_port = port
             slot = self.routes.insert(bkey)
             self._new_key = None
             if slot < 0:
-                c.drops[D_ROUTE_TABLE_FULL] += 1
-                return -1
-        self.r_src[slot] = port
-        self.r_dst[slot] = nh
-        self.r_last[slot] = now
-        self.r_root[slot] = rix
-        # PROTOCOL_NOTES.md difference 3: the route's watermark is (bootstrapping
-        # key, bootstrap sequence): the entry's sequence is that sequence
-        self._set_seq(slot, f.seq)
+                # Snakemesh overload policy (docs/CAPACITY.md; the seeds
+                # assume room for every route): the table is full of keys
+                # that matter more to us than this one. The bootstrap still
+                # goes on to its dead end, so its origin's place in the
+                # snake is found, and a hint remembers where it came from
+                # (fallback()). Dropping it, as a table-full node did
+                # before, left the origin's successor wrong for good.
+                self.routes_refused += 1
+                self.set_hint(bkey, 0, port, now)
+        if slot >= 0:
+            self.r_src[slot] = port
+            self.r_dst[slot] = nh
+            self.r_last[slot] = now
+            self.r_root[slot] = rix
+            # PROTOCOL_NOTES.md difference 3: the route's watermark is
+            # (bootstrapping key, bootstrap sequence): the entry's sequence
+            # is that sequence
+            self._set_seq(slot, f.seq)
         if dead_end:
             if desc_change or (self.desc_valid and self.desc_key == bkey):
                 self._set_desc(bkey, port, now, f.root_seq, f.seq)
             return 0
-        self.fwd_len = wire.set_watermark(buf, n, f, self.nh_key, self.nh_koff, self.nh_seq)
+        if keep_wm:
+            self.fwd_len = n
+        else:
+            self.fwd_len = wire.set_watermark(buf, n, f, self.nh_key, self.nh_koff, self.nh_seq)
         return nh
 
     def _desc_would_change(self, bkey, port):
