@@ -181,7 +181,7 @@ class Fixture:
         payload = b"p" * 16
         for i in range(prof.coord_cache):
             src = bytes([0x40, i & 0xFF, i >> 8]) + bytes(29)
-            ports = [1 + rnd.next(200) for _ in range(H)]
+            ports = [1 + rnd.next(120) for _ in range(H)]   # one-byte ports
             sc = wire.encode_coords_body(ports)
             n = wire.encode_traffic(buf, b"", sc, self.me.public, src, FULL_KEY, 0, payload, 64)
             self.traffic.append(bytes(buf[:n]))
@@ -287,7 +287,7 @@ def breakdown(prof, r):
         ("snake", lambda: Snake(r, prof)),
         ("sigcache", lambda: SigCache(prof.sig_cache)),
         ("coord_cache", lambda: (Table(prof.coord_cache),
-                                 bytearray(prof.coord_cache * 3 * H),
+                                 bytearray(prof.coord_cache * (H + (H >> 2))),
                                  array("H", [0] * prof.coord_cache),
                                  array("i", [0] * prof.coord_cache))),
         ("wakeup_filter", lambda: (Table(prof.wakeup_filter),

@@ -63,7 +63,10 @@ class Router:
         self.snake = Snake(self, profile)
         # coordinate cache: source key -> encoded coordinates (tree replies)
         self.ccache = Table(profile.coord_cache, victim=self._cc_victim)
-        self.cc_max = 3 * H             # bytes of coordinates per entry (16-bit ports)
+        # bytes of coordinates per entry: a port below 128 is one byte (an
+        # ESP32 has 8 ports), a gateway's up to 255 two; coordinates that do
+        # not fit are not cached (the reply then goes by SNEK, as a first one)
+        self.cc_max = H + (H >> 2)
         self.cc_coords = bytearray(profile.coord_cache * self.cc_max)
         self.cc_len = array("H", [0] * profile.coord_cache)
         self.cc_time = array("i", [0] * profile.coord_cache)
