@@ -2,6 +2,7 @@
 tx_bytes_link against the bytes the simulator's links carried, counted by
 the simulator itself, and their way into telemetry."""
 import io
+import os
 import json
 
 from host_tools.sim.harness import Mesh
@@ -53,3 +54,63 @@ def test_counters_records_carry_the_byte_counters():
         assert sum(r["tx_bytes"].values()) == sum(r["tx_bytes_link"].values()) > 0
         # sampled at t=20 s, and nothing sent since then
         assert r["tx_bytes"] == m.carried(name)["bytes"]
+
+
+# -- analyze on simulator output (issue 15: control_bytes_per_node_s and
+#    control_bytes_by_type against the bytes the simulator's links carried)
+
+def test_analyze_control_bytes_match_what_the_simulated_links_carried(tmp_path, monkeypatch):
+    import host_tools
+    from host_tools.sim import runner
+    from host_tools.sim.harness import Mesh as M
+    from host_tools.pipeline import analyze
+    from host_tools.pipeline.session import get_session
+
+    # the simulator's own count of what each node's links carried, taken at
+    # the moment each `counters` record is written
+    carried = {}
+    orig = M._sample
+
+    def sample(self, cfg, k):
+        orig(self, cfg, k)
+        step, every = cfg
+        if k % every == 0:
+            t = TM.t_seconds(self.engine.now)
+            carried[t] = dict((n.hex, self.carried(n.name)["bytes"]) for n in self._nodes if n.alive)
+    monkeypatch.setattr(M, "_sample", sample)
+    out = tmp_path / "sim"
+    runner.run(str(out), 150.0, seed=2, pings=20,
+               topology=os.path.join(host_tools.REPO_ROOT, "host_tools", "topologies", "sim.txt"))
+    recs = [json.loads(line) for line in open(str(out / "telemetry.jsonl"))]
+    assert any(r["kind"] == "probe" for r in recs)          # traffic too, not counted below
+    spark = get_session(small_input=True)
+    s = analyze([str(out)], str(tmp_path / "an"), spark=spark)
+
+    w = s["control_bytes_window"]
+    assert w["basis"].startswith("snake_converged+") and w["nodes"] == 26
+    t0 = min(r["t"] for r in recs)
+    start = t0 + w["start_s"]
+    times = {}
+    for r in recs:
+        if r["kind"] == "counters" and r["t"] >= start - 1e-9:
+            times.setdefault(r["node"], []).append(r["t"])
+    rates, by_type = {}, {}
+    for node, ts in times.items():
+        ta, tb = min(ts), max(ts)
+        a, b = carried[ta][node], carried[tb][node]
+        assert b["traffic"] >= a["traffic"]
+        ctl = dict((k, (b[k] - a[k]) / (tb - ta)) for k in b if k != "traffic")
+        rates[node] = sum(ctl.values())
+        for k, v in ctl.items():
+            by_type.setdefault(k, []).append(v)
+    assert len(rates) == 26
+    mean = sum(rates.values()) / len(rates)
+    assert mean > 0
+    assert abs(s["control_bytes_per_node_s"] - mean) <= 1e-6 * mean, (s["control_bytes_per_node_s"], mean)
+    busiest = max(rates, key=lambda n: rates[n])
+    assert s["control_bytes_busiest"]["node"] == busiest
+    got = s["control_bytes_by_type"]
+    assert "traffic" not in got
+    for k, vals in by_type.items():
+        want = sum(vals) / len(vals)
+        assert abs(got.get(k, 0.0) - want) <= 1e-6 * max(1.0, want), (k, got, want)
