@@ -11,11 +11,10 @@
 from snake import wire
 from snake import platform
 from array import array
-from snake.platform import ticks_diff, copy_into
+from snake.platform import ticks_diff, copy_into, key_cmp
 from snake.tables import Table, key_eq_at
 from snake.tree import Tree
-from snake.snek import (Snake, FULL_KEY, BOOTSTRAP_INTERVAL_MS, BOOTSTRAP_SOON_MS,
-                        BOOTSTRAP_RAMP_MS, MAINTAIN_INTERVAL_MS, SEQ_LIMIT)
+from snake.snek import Snake, FULL_KEY, BOOTSTRAP_SOON_MS, MAINTAIN_INTERVAL_MS, SEQ_LIMIT
 from snake.telemetry import (Counters, LINK_NAMES, BYTES_CARRY, D_MALFORMED, D_OVERSIZE,
                              D_UNKNOWN_PORT, D_UNKNOWN_TYPE, D_HOP_LIMIT, D_LOOP, D_WATERMARK, D_NO_ROUTE,
                              D_QUEUE_FULL, D_BAD_SIGNATURE, D_WAKEUP_ROOT, D_WAKEUP_DUP,
@@ -27,8 +26,30 @@ VERSION = "0.1.0"
 KEEPALIVE_MS = 3000          # send a keepalive after 3 s with nothing sent
 DEAD_MS = 5000               # a peer silent for 5 s is dead
 COORD_LIFETIME_MS = 60000    # cached source coordinates live 1 min
-WAKEUP_INTERVAL_MS = 60000   # flood our own wakeup every 60 s
 WAKEUP_MIN_GAP_MS = 30000    # ignore a wakeup within 30 s of the last from that origin
+WAKEUP_INTERVAL_MS = 60000   # the reference's periodic flood (reference timing only)
+
+# ---- control timing policy ---------------------------------------------
+# snakemesh choices beyond the seeds, each explained at the method that
+# applies it and in README "Protocol notes" (figures: make bench, figure 6).
+# Bootstraps (Router.snake_changed, Router.tick): one soon after a change of
+# our place in the snake, then at these intervals, and from then on every
+# BOOTSTRAP_EVERY_MS while nothing changes. The reference bootstraps every
+# 5 s and expires routes and descending entries 10 s after the last one
+# (snek.ROUTE_EXPIRY_MS); 7 s keeps every reference relay on our path
+# refreshed with 3 s to spare.
+BOOTSTRAP_RAMP_MS = (1000, 1000, 1000, 1000,
+                     2000, 2000, 2000, 2000, 2000, 2000, 2000, 2000, 2000, 2000,
+                     3000, 4000, 5000, 5000, 5000, 6000, 6000)
+BOOTSTRAP_EVERY_MS = 7000
+WARM_STEP = 16    # index of the first 5 s step of BOOTSTRAP_RAMP_MS (Router._warm)
+# Our own wakeup (Router._wakeup_due): flooded once our root has changed and
+# stayed for WAKEUP_SETTLE_MS, with hop limit WAKEUP_HOP_LIMIT (the
+# reference: 5); no periodic flood. Early bootstraps for other nodes'
+# wakeups: Router._wakeup_news.
+WAKEUP_SETTLE_MS = 1000
+WAKEUP_HOP_LIMIT = 3
+WAKEUP_KNOWN_MS = 90000     # a wakeup from an origin heard within this is no news by itself
 
 LINK_LOCAL, LINK_MULTICAST, LINK_BONJOUR, LINK_REMOTE, LINK_BLUETOOTH = 0, 1, 2, 3, 4
 
@@ -81,6 +102,7 @@ class Router:
         self.buf = bytearray(profile.frame_max)
         self.k_dst = bytearray(32)
         self.k_wm = bytearray(32)
+        self.k_wk = bytearray(32)     # scratch: origin of a wakeup
         self.last_root = bytearray(32)
         copy_into(self.last_root, 0, self.key, 0, 32)
         self.root_obj = self.key      # bytes of the current root key
@@ -92,8 +114,19 @@ class Router:
         self.snake.last_bootstrap = now
         self.snake.last_maintain = now
         self.last_wakeup = now
+        self.wk_root = bytearray(32)  # the root our last own flood carried
+        copy_into(self.wk_root, 0, self.key, 0, 32)
+        self.root_at = now            # when our root key last changed
+        # timing policy, per instance so that a simulation can mix policies
+        # (host_tools/sim/reftiming.py): periodic own wakeups (0 = none,
+        # flood on a root change instead)
+        self.wakeup_every = 0
+        self.wakeup_hops = WAKEUP_HOP_LIMIT
+        self.bs_interval = BOOTSTRAP_EVERY_MS
+        self.bs_ramp_ms = BOOTSTRAP_RAMP_MS
+        self.routes_seen = 0          # snake.routes.changes at the last tick
         self.bootstrap_soon = False
-        self.bs_ramp = len(BOOTSTRAP_RAMP_MS)   # index into the ramp; at its end: 5 s
+        self.bs_ramp = len(BOOTSTRAP_RAMP_MS)   # index into the ramp; at its end: bs_interval
         self.peers_refused = 0    # links refused for want of a free port (peer_refused)
         # outputs: set by the runtime / simulator / tests
         self.tx = _no_tx
@@ -301,22 +334,43 @@ class Router:
         entry was set to another key or lost. Bootstrap soon - as the
         reference does at these points (_bootstrapSoon on a new parent and
         in _setDescendingNode) - and then, a snakemesh choice, at the
-        BOOTSTRAP_RAMP_MS intervals before falling back to every 5 s.
+        BOOTSTRAP_RAMP_MS intervals (1 s four times, 2 s ten times, then 3,
+        4, 5, 5, 5, 6, 6 s: about a minute) before the steady
+        BOOTSTRAP_EVERY_MS (7 s).
 
         Why the ramp: after such a change the snake is rebuilt in rounds. A
         bootstrap only reaches its true successor once the keys between
         have installed routes along its path, and those routes come from
         other nodes' bootstraps, so one wrong entry is fixed only after a
-        chain of other nodes' next bootstraps. At one round per 5 s a
-        rebuild took 20-50 s on a 50-node tree (every crash or flap there
-        re-roots whole subtrees twice); with the ramp the rounds come at
-        1-4 s while the change is fresh. It changes when we send our own
-        bootstraps only (each still signed, with a higher sequence), so
-        peers running the reference see nothing unusual; in steady state
-        only the root's 30-minute sequence refresh triggers it (a wakeup
-        still asks for one bootstrap soon, without the ramp)."""
+        chain of other nodes' next bootstraps (on a 250-node random graph
+        the low keys wait for chains of a dozen rounds). At one round per
+        5 s a rebuild took 20-50 s on a 50-node tree (every crash or flap
+        there re-roots whole subtrees twice). Rounds at 1-2 s while the
+        change is fresh rebuild it in a few seconds (rgg:250 with host
+        tables, seeds 1-3: 50 / 22 / 12 s with the earlier ramp of 1, 1, 2,
+        2, 3, 4 s and the reference's wakeups, 19 / 13 / 9 s now; make bench
+        figure 6 for the shared graphs), then the reference's 5 s while
+        routes settle, and only then 7 s.
+
+        Why 7 s in steady state: it is what every node pays all the time
+        (bootstraps are ~95 % of the steady control bytes once wakeups no
+        longer flood; 7 s instead of 5 s is 29 % fewer), and a reference
+        node on our bootstrap's path, which expires routes 10 s after the
+        last bootstrap, still gets each refresh with 3 s to spare. Going
+        straight from the first rounds to 7 s let a descending entry expire
+        in mixed meshes while routes were still settling (grid4-0049 with
+        half of the nodes on reference timing). Only when we send our own
+        bootstraps changes (each still signed, with a higher sequence), so
+        peers running the reference see nothing unusual."""
         self.bootstrap_soon = True
         self.bs_ramp = 0
+
+    def _warm(self):
+        """Something changed near us: back to the 5 s part of the ramp."""
+        steps = self.bs_ramp_ms
+        i = WARM_STEP
+        if i < len(steps) and self.bs_ramp > i:
+            self.bs_ramp = i
 
     def _tree_changed(self, now):
         tree = self.tree
@@ -327,6 +381,7 @@ class Router:
             self.root_obj = bytes(root)
             self.last_root_seq = rseq
             self.ccache.clear()  # coordinates are only valid under one root
+            self.root_at = now
             self.event("root_changed", root)
             self.snake_changed()
         elif rseq != self.last_root_seq:
@@ -480,7 +535,7 @@ class Router:
         root = self.tree.root_key()
         rseq = self.tree.root_seq()
         sig = self.sign(wire.bootstrap_signed(seq, root, rseq))
-        n = wire.encode_wakeup(self.buf, self.key, seq, root, rseq, sig, wire.HOP_LIMIT_WAKEUP)
+        n = wire.encode_wakeup(self.buf, self.key, seq, root, rseq, sig, self.wakeup_hops)
         if port:
             self._tx(port, self.buf, n)
             return
@@ -517,13 +572,18 @@ class Router:
                            bytes(buf[sg:sg + 64])):
             c.drops[D_BAD_SIGNATURE] += 1
             return
+        # news unless this origin's last wakeup reached us recently (a
+        # reference node floods every 60 s; snakemesh only on a change)
+        known = slot >= 0 and ticks_diff(now, self.wf_time[slot]) < WAKEUP_KNOWN_MS
         if slot < 0:
             slot = self.wakeups.insert_at(buf, so)
         if slot >= 0:
             self.wf_seq_hi[slot] = f.seq >> 30
             self.wf_seq_lo[slot] = f.seq & 0x3FFFFFFF
             self.wf_time[slot] = now
-        self.bootstrap_soon = True
+        if self._wakeup_news(buf, so, known, now):
+            self.bootstrap_soon = True
+            self._warm()
         wire.set_hop_limit(buf, f.hop_limit - 1)
         p = 1
         while p < len(self.up):
@@ -538,6 +598,36 @@ class Router:
         if hi != vh:
             return hi < vh
         return self.wf_seq_lo[slot] < (seq & 0x3FFFFFFF)
+
+    def _wakeup_news(self, buf, off, known, now):
+        """Does an accepted wakeup from the key at buf[off:off+32] call for
+        an early bootstrap of ours? The reference bootstraps soon after
+        every accepted wakeup; snakemesh (a choice beyond the seeds) only
+        when the wakeup can change where our bootstrap should go:
+
+        - its origin is not in our wakeup filter (`known` false): a node we
+          have not heard from, or not for long enough to forget it, joined
+          or came back; bootstrap soon, as the reference does (during a
+          mesh's first seconds this is what makes the snake converge fast);
+        - a known origin: only when it sits above us and at or below the
+          lowest key above ours that we know (next_hop's first watermark:
+          the root, an ancestor or a route). Our bootstrap travels to our
+          successor in the snake; only such a node can be our new successor
+          (or our successor come back without its descending entry). For
+          any other origin our bootstrap would go where it goes anyway.
+
+        So a reference node's periodic wakeup (every 60 s) costs its
+        neighbourhood no extra bootstraps once they know it."""
+        if not known:
+            return True
+        k = self.k_wk
+        copy_into(k, 0, buf, off, 32)
+        if not (self.key < k):
+            return False
+        sn = self.snake
+        if not sn.next_hop(self.key, True, FULL_KEY, 0, now):
+            return False      # root, or no parent yet: we do not bootstrap
+        return key_cmp(sn.nh_key, sn.nh_koff, k, 0) >= 0
 
     def _wf_victim(self, table):
         best = -1
@@ -569,23 +659,58 @@ class Router:
         if ticks_diff(now, sn.last_maintain) >= MAINTAIN_INTERVAL_MS:
             sn.last_maintain = now
             sn.maintain(now)
+        ch = sn.routes.changes
+        if ch != self.routes_seen:
+            self.routes_seen = ch
+            self._warm()
         since = ticks_diff(now, sn.last_bootstrap)
         ramp = self.bs_ramp
-        if ramp < len(BOOTSTRAP_RAMP_MS):
-            interval = BOOTSTRAP_RAMP_MS[ramp]
+        steps = self.bs_ramp_ms
+        if ramp < len(steps):
+            interval = steps[ramp]
         else:
-            interval = BOOTSTRAP_INTERVAL_MS
+            interval = self.bs_interval
         if since >= interval or (self.bootstrap_soon and since >= BOOTSTRAP_SOON_MS):
-            if not self.bootstrap_soon and ramp < len(BOOTSTRAP_RAMP_MS):
+            if not self.bootstrap_soon and ramp < len(steps):
                 self.bs_ramp = ramp + 1
             sn.last_bootstrap = now
             self.bootstrap_soon = False
             nh = sn.originate_bootstrap(self.buf, now)
             if nh:
                 self._tx(nh, self.buf, sn.fwd_len)
-        if ticks_diff(now, self.last_wakeup) >= WAKEUP_INTERVAL_MS:
+        if self._wakeup_due(now):
             self.last_wakeup = now
+            copy_into(self.wk_root, 0, self.last_root, 0, 32)
             self._send_wakeup(0)
+
+    def _wakeup_due(self, now):
+        """Flood our own wakeup now? A snakemesh choice: once our root has
+        changed and stayed for WAKEUP_SETTLE_MS (we joined a mesh, came
+        back, or a partition healed), not every 60 s as the reference does.
+
+        A wakeup only helps when we are news to the nodes around us: it
+        makes our predecessor in the snake bootstrap soon, so that we get
+        our descending entry in well under a bootstrap interval
+        (Router._wakeup_news). While our root stays the same nothing about
+        us is new, and the snake keeps itself right with bootstraps alone.
+        The reference's periodic flood was the largest part of the control
+        bytes in steady state: 47 % on sim.txt, 32 % on grid4-0049 (make
+        bench, figure 6). The wakeup a new peer gets from us
+        (PROTOCOL_NOTES.md difference 5) stays. Waiting for the root to
+        settle spares the floods of the first seconds of a mesh, when roots
+        change several times and nodes on another root drop a wakeup anyway.
+
+        Our wakeups carry hop limit WAKEUP_HOP_LIMIT (3; the reference 5):
+        a flood's cost grows with the neighbourhood it covers, and when a
+        whole mesh starts every node floods once. Measured on rgg:250
+        (seeds 1-3) with hop limit 5: converged 22 / 11 / 7 s, 81 KB sent
+        per node until then; hop limit 3: 19 / 13 / 9 s, 59 KB; no flood
+        at all: 21 / 16 / 9 s, 51 KB (the earlier policy: 50 / 22 / 12 s,
+        53 KB)."""
+        if self.wakeup_every:
+            return ticks_diff(now, self.last_wakeup) >= self.wakeup_every
+        return (self.wk_root != self.last_root
+                and ticks_diff(now, self.root_at) >= WAKEUP_SETTLE_MS)
 
     # ---- introspection (console, telemetry, simulator) ------------------
     def root_key(self):

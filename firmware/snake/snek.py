@@ -13,12 +13,10 @@ from snake.telemetry import (D_BOOTSTRAP_ROOT, D_BOOTSTRAP_REPLAY, D_BOOTSTRAP_S
                              D_BAD_SIGNATURE, D_ROUTE_TABLE_FULL, D_LOOP, D_WATERMARK,
                              D_MALFORMED)
 
-BOOTSTRAP_INTERVAL_MS = 5000
+BOOTSTRAP_INTERVAL_MS = 5000     # the seeds' and the reference's interval
 BOOTSTRAP_SOON_MS = 500          # earliest "bootstrap soon" after the last one
-# After a change of our place in the snake (root, root sequence, parent or
-# descending entry) the next bootstraps follow at these intervals before the
-# regular 5 s (a snakemesh choice, see Router.snake_changed).
-BOOTSTRAP_RAMP_MS = (1000, 1000, 2000, 2000, 3000, 4000)
+# When snakemesh bootstraps (ramp after a change, steady interval) is timing
+# policy: router.py, BOOTSTRAP_RAMP_MS and BOOTSTRAP_EVERY_MS.
 MAINTAIN_INTERVAL_MS = 1000
 ROUTE_EXPIRY_MS = 10000
 DESC_EXPIRY_MS = 10000

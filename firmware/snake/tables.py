@@ -41,6 +41,7 @@ class Table:
         self.order = array("H", [0] * capacity)   # used slots, ascending keys
         self.count = 0
         self.evictions = 0
+        self.changes = 0      # keys added or removed (watched by the timing policy)
         self.victim = victim
         self.on_evict = on_evict
 
@@ -129,6 +130,7 @@ class Table:
         order[pos] = slot
         self.count += 1
         self.used[slot] = 1
+        self.changes += 1
         return slot
 
     def insert(self, key):
@@ -137,6 +139,7 @@ class Table:
     def remove(self, slot):
         if self.used[slot]:
             self._unlink(slot)
+            self.changes += 1
 
     def clear(self):
         i = 0

@@ -347,11 +347,12 @@ def bootstrap_times(n, ports, t0, t1, step=100):
     return out
 
 
-def test_bootstrap_soon_then_ramp_then_every_5_seconds_signed_with_increasing_sequence():
+def test_bootstrap_soon_then_ramp_then_every_7_seconds_signed_with_increasing_sequence():
     n = setup()
     # joining a tree (parent and root changed) triggers one bootstrap soon
-    # (>= 500 ms after the last), then the ramp (1, 1, 2, 2, 3, 4 s: a
-    # snakemesh choice, Router.snake_changed), then every 5 s
+    # (>= 500 ms after the last), then the ramp (1 s x 4, 2 s x 10, 3, 4,
+    # 5, 5, 5, 6, 6 s), then every 7 s: snakemesh timing policy (router.py
+    # BOOTSTRAP_RAMP_MS, BOOTSTRAP_EVERY_MS; Router.snake_changed)
     keepalive(n, [1], 499)
     n.r.tick(499)
     assert n.frames(B_) == []
@@ -366,25 +367,62 @@ def test_bootstrap_soon_then_ramp_then_every_5_seconds_signed_with_increasing_se
     assert bytes(fr[f.root_off:f.root_off + 32]) == pub(9) and f.root_seq == 1
     assert verify(n.key, bytes(fr[f.signed_off:f.signed_off + f.signed_len]),
                   bytes(fr[f.sig_off:f.sig_off + 64]))
-    times = [600] + bootstrap_times(n, [1], 700, 34000)
+    times = [600] + bootstrap_times(n, [1], 700, 73000)
     gaps = [b - a for a, b in zip(times, times[1:])]
-    assert gaps == [1000, 1000, 2000, 2000, 3000, 4000, 5000, 5000, 5000, 5000], gaps
+    assert gaps == [1000] * 4 + [2000] * 10 + [3000, 4000, 5000, 5000, 5000, 6000, 6000,
+                                                7000, 7000], gaps
     seqs = [decode(fr).seq for _, fr in n.frames(B_, 1)]
     assert len(seqs) == len(times)
     for a, b in zip(seqs, seqs[1:]):
         assert b > a
 
 
-def test_steady_state_bootstraps_every_5_seconds_and_a_wakeup_adds_no_ramp():
+def test_steady_state_bootstraps_every_7_seconds_and_wakeups_that_bring_news():
+    n = setup()                                  # K4 below K7 (parent) below K9 (root)
+    bootstrap_times(n, [1], 100, 70000)          # the ramp after joining is over
+    # wakeups (origin index, sequence) arriving at these times
+    wakeups = {80050: (0, 5000),     # never heard of: bootstrap soon (as the reference)
+               112050: (0, 6000),    # known and below us: our bootstrap goes where it went
+               114050: (8, 5000),    # never heard of: soon
+               146050: (8, 6000),    # known, above us but above K7 (our first target): no
+               148050: (5, 5000),    # never heard of: soon
+               180050: (5, 6000)}    # known, between us and K7: can be our successor: soon
+    times = []
+    t = 70100
+    while t <= 190000:
+        keepalive(n, [1], t)
+        w = wakeups.get(t - 50)
+        if w is not None:
+            n.rx(1, wakeup(K[w[0]], w[1], K[9], 1), t - 50)
+        before = len(n.frames(B_))
+        n.r.tick(t)
+        if len(n.frames(B_)) > before:
+            times.append(t)
+        t += 100
+    early = [t for t in times if t - 50 in wakeups]
+    assert early == [80100, 114100, 148100, 180100], early
+    # no ramp from the start after a wakeup: a wakeup with news only takes
+    # the interval back to the ramp's 5 s part (Router._warm)
+    gaps = [b - a for a, b in zip(times, times[1:]) if b not in early]
+    assert set(gaps) <= {5000, 6000, 7000}, gaps
+    assert gaps[:6] == [7000, 5000, 5000, 5000, 6000, 6000], gaps
+
+
+def test_a_change_in_the_routing_table_brings_the_interval_back_to_5_seconds():
     n = setup()
-    bootstrap_times(n, [1], 100, 20000)          # the ramp after joining is over
-    times = bootstrap_times(n, [1], 20100, 40000)
-    assert [b - a for a, b in zip(times, times[1:])] == [5000, 5000, 5000]
-    # a wakeup from another node: one bootstrap soon (as before), no ramp
+    n.r.port_up(2, pub(2), 1, 2)
+    times = bootstrap_times(n, [1, 2], 100, 80000)
+    assert times[-1] - times[-2] == 7000            # steady
+    # a bootstrap of another node passes us: a new route (K5, relayed up)
     t = times[-1] + 1000
-    n.rx(1, wakeup(K[0], 5000, K[9], 1), t)
-    later = bootstrap_times(n, [1], t + 100, t + 12000)
-    assert later[0] == t + 100 and later[1] - later[0] == 5000
+    rx_bootstrap(n, 2, 5, 1000, t=t)
+    assert n.r.snake.routes.find(pub(5)) >= 0
+    got = bootstrap_times(n, [1, 2], t + 100, t + 45000)
+    gaps = [b - a for a, b in zip([times[-1]] + got, got)]
+    # back to the ramp's 5 s part at once (the current period ends 5 s
+    # after the last bootstrap); nobody refreshes the route, so it expires
+    # 10 s later: another change, 5 s again; then 5, 5, 6, 6 and 7
+    assert gaps == [5000, 5000, 5000, 5000, 5000, 6000, 6000, 7000], gaps
 
 
 def test_descending_change_triggers_bootstrap_soon_and_the_ramp():
@@ -395,14 +433,14 @@ def test_descending_change_triggers_bootstrap_soon_and_the_ramp():
     n = setup()
     n.r.port_up(2, pub(2), 1, 2)
     n.r.port_up(3, pub(3), 1, 2)
-    times = bootstrap_times(n, [1, 2, 3], 100, 30000)
-    assert times[-1] - times[-2] == 5000         # steady: every 5 s
-    # a first descending entry, 1 s into a 5 s period
+    times = bootstrap_times(n, [1, 2, 3], 100, 80000)
+    assert times[-1] - times[-2] == 7000         # steady: every 7 s
+    # a first descending entry, 1 s into a 7 s period
     t = times[-1] + 1000
     rx_bootstrap(n, 2, 2, 1000, t=t)
     assert n.r.desc_key() == pub(2)
     got = bootstrap_times(n, [1, 2, 3], t + 100, t + 6000)
-    assert got == [t + 100, t + 1100, t + 2100, t + 4100], got
+    assert got == [t + 100, t + 1100, t + 2100, t + 3100, t + 4100], got
     # a closer key replaces it 200 ms after a bootstrap: soon (>= 500 ms
     # after that bootstrap), then the ramp from its start
     t = got[-1] + 200
@@ -411,11 +449,11 @@ def test_descending_change_triggers_bootstrap_soon_and_the_ramp():
     got = bootstrap_times(n, [1, 2, 3], t + 100, t + 2500)
     assert got == [t + 300, t + 1300, t + 2300], got
     # a refresh from the same descending node changes nothing: the ramp
-    # goes on (next one 2 s after the last)
+    # goes on where it was (1 s steps)
     t = got[-1] + 300
     rx_bootstrap(n, 3, 3, 1002, t=t)
     got = bootstrap_times(n, [1, 2, 3], t + 100, t + 2000)
-    assert got == [t + 1700], got
+    assert got == [t + 700, t + 1700], got
 
 
 def test_losing_the_descending_entry_triggers_bootstrap_soon():

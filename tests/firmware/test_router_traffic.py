@@ -127,7 +127,9 @@ def test_new_peer_gets_our_own_wakeup_only_on_its_first_announcement():
     m.r.port_up(2, pub(2), 1, 0)
     m.rx(1, announcement(K[9], 1, [(K[9], 3), (K[7], 1)]), 1)
     w = m.frames(W_)
-    assert len(w) == 1 and w[0][0] == 1 and w[0][1][7] == 5
+    # hop limit 3: snakemesh's own wakeups reach 3 hops (router.py
+    # WAKEUP_HOP_LIMIT; the reference originates 5)
+    assert len(w) == 1 and w[0][0] == 1 and w[0][1][7] == 3
     m.rx(1, announcement(K[9], 1, [(K[9], 3), (K[7], 1)]), 2)
     assert len(m.frames(W_)) == 1
 
@@ -171,19 +173,42 @@ def test_wakeup_with_bad_signature_is_dropped():
     assert n.r.counters.drops[D_BAD_SIGNATURE] == 1 and n.frames(W_) == []
 
 
-def test_own_wakeup_flooded_every_60_seconds():
-    n = setup()
-    n.r.port_up(2, pub(2), 1, 2)
+def test_own_wakeup_flooded_once_after_a_root_change_not_every_60_seconds():
+    # snakemesh timing policy (Router._wakeup_due): a flood once our root
+    # has changed and stayed for 1 s; the reference floods every 60 s
+    n = Node(K[4])
+    n.r.port_up(1, pub(7), 1, 0)
+    n.r.port_up(2, pub(2), 1, 0)
     ka = bytearray(10)
     wire.encode_keepalive(ka)
-    t = 0
-    while t < 60000:
-        t += 2000
+    n.rx(1, announcement(K[9], 1, [(K[9], 3), (K[7], 1)]), 100)   # root K9 now
+    n.clear()
+    floods = []
+    t = 100
+    while t < 200000:
+        t += 250
         n.rx(1, bytes(ka), t)
         n.rx(2, bytes(ka), t)
-        n.clear()
         n.r.tick(t)
-    out = n.frames(W_)
-    assert sorted(p for p, _ in out) == [1, 2]
-    f = decode(out[0][1])
-    assert bytes(out[0][1][f.src_off:f.src_off + 32]) == n.key and f.hop_limit == 5
+        out = n.frames(W_)
+        if out:
+            floods.append((t, sorted(p for p, _ in out), out))
+        n.clear()
+    assert [(ft, ports) for ft, ports, _ in floods] == [(1100, [1, 2])], floods
+    fr = floods[0][2][0][1]
+    f = decode(fr)
+    assert bytes(fr[f.src_off:f.src_off + 32]) == n.key and f.hop_limit == 3
+    assert bytes(fr[f.root_off:f.root_off + 32]) == pub(9)
+    # the parent goes away: we are our own root (a partition); flooded again
+    down = t + 10
+    n.r.port_down(1, down)
+    first = t + 250 * ((down + 1000 - t + 249) // 250)   # first tick 1 s after it
+    floods = []
+    while t < 210000:
+        t += 250
+        n.rx(2, bytes(ka), t)
+        n.r.tick(t)
+        if n.frames(W_):
+            floods.append((t, [p for p, _ in n.frames(W_)]))
+        n.clear()
+    assert floods == [(first, [2])], floods
