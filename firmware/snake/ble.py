@@ -446,12 +446,13 @@ class BleManager:
             ring = 2 * MTU
         self.slots = [Slot(i, ring) for i in range(self.nslots)]
         # candidates heard while scanning (preallocated; filled in the IRQ)
-        self.c_addr = [bytearray(6) for _ in range(N_CANDIDATES)]
-        self.c_type = [0] * N_CANDIDATES
+        # (byte arrays where a byte holds the value: less heap than lists)
+        self.c_addr = bytearray(6 * N_CANDIDATES)   # candidate i at 6*i
+        self.c_type = bytearray(N_CANDIDATES)
         self.c_seen = [0] * N_CANDIDATES
-        self.c_used = [False] * N_CANDIDATES
+        self.c_used = bytearray(N_CANDIDATES)
         self.c_wait = [0] * N_CANDIDATES     # ticks before which we do not try
-        self.c_fails = [0] * N_CANDIDATES
+        self.c_fails = bytearray(N_CANDIDATES)
         self.stats = {}
         for k in STAT_NAMES:
             self.stats[k] = 0
@@ -645,7 +646,7 @@ class BleManager:
         oldest = -1
         for i in range(N_CANDIDATES):
             if self.c_used[i]:
-                if _less(self.c_addr[i], 0, addr, 0, 6) == 0:
+                if _less(self.c_addr, 6 * i, addr, 0, 6) == 0:
                     self.c_seen[i] = now
                     self.c_type[i] = addr_type
                     return
@@ -654,10 +655,14 @@ class BleManager:
             elif free < 0:
                 free = i
         i = free if free >= 0 else oldest
-        _copy(self.c_addr[i], addr, 0, 6)
+        j = 0
+        ca = self.c_addr
+        while j < 6:
+            ca[6 * i + j] = addr[j]
+            j += 1
         self.c_type[i] = addr_type
         self.c_seen[i] = now
-        self.c_used[i] = True
+        self.c_used[i] = 1
         self.c_wait[i] = now
         self.c_fails[i] = 0
 
@@ -711,7 +716,8 @@ class BleManager:
             return
         if failed:
             f = self.c_fails[ci] + 1
-            self.c_fails[ci] = f
+            if f < 255:
+                self.c_fails[ci] = f
             d = BACKOFF_MIN_MS << (f - 1 if f < 8 else 7)
             if d > BACKOFF_MAX_MS:
                 d = BACKOFF_MAX_MS
@@ -722,7 +728,7 @@ class BleManager:
 
     def _cand_of(self, s):
         for i in range(N_CANDIDATES):
-            if self.c_used[i] and _less(self.c_addr[i], 0, s.addr, 0, 6) == 0:
+            if self.c_used[i] and _less(self.c_addr, 6 * i, s.addr, 0, 6) == 0:
                 return i
         return -1
 
@@ -863,7 +869,7 @@ class BleManager:
             ci = self._pick(now)
             if ci >= 0:
                 self.p_type = self.c_type[ci]
-                _copy(self.p_addr, self.c_addr[ci], 0, 6)
+                _copy(self.p_addr, self.c_addr, 6 * ci, 6)
                 self.p_t0 = now
                 self.p_ci = ci
                 self.p_cancel = False
@@ -914,7 +920,7 @@ class BleManager:
                 continue
             busy = False
             for s in self.slots:
-                if s.state != FREE and _less(s.addr, 0, self.c_addr[i], 0, 6) == 0:
+                if s.state != FREE and _less(s.addr, 0, self.c_addr, 6 * i, 6) == 0:
                     busy = True
                     break
             if not busy:

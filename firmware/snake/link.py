@@ -11,6 +11,8 @@
 #   outbound               True when this side initiated the link (dialled /
 #                          BLE central); used to break ties between two
 #                          simultaneous links to the same key (node.link_up)
+#   want_key               optional: when True, stream.run sets peer_key (the
+#                          peer's public key) after the handshake
 #   async recv_into(mv)    read up to len(mv) bytes into the memoryview /
 #                          bytearray mv; return how many (>= 1), or 0 on EOF,
 #                          error or after close(). Never raises OSError.

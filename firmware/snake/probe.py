@@ -110,12 +110,16 @@ class Prober:
         self.s_sent = [0] * SLOTS      # ticks_us at send
         self.s_got = bytearray(SLOTS)  # reply kind received (0: none yet)
         self.s_rtt = [0] * SLOTS       # us
-        self.s_from = [bytearray(32) for _ in range(SLOTS)]
-        # replies waiting to be sent
+        self.s_from = bytearray(32 * SLOTS)   # who answered probe i: at 32*i
+        # replies waiting to be sent: keys and payloads back to back (one
+        # object each rather than one per entry: less heap), sent through
+        # the scratch key / payload (router.send copies them into its frame)
         self.p_head = 0
         self.p_count = 0
-        self.p_key = [bytearray(32) for _ in range(PENDING)]
-        self.p_pl = [bytearray(PAYLOAD_LEN) for _ in range(PENDING)]
+        self.p_key = bytearray(32 * PENDING)
+        self.p_pl = bytearray(PAYLOAD_LEN * PENDING)
+        self.key1 = bytearray(32)
+        self.pl1 = bytearray(PAYLOAD_LEN)
         self.sessions = 0
         self.next_id = int.from_bytes(platform.urandom(4), "big") & 0x7FFFFFFF
         self.stats = {"requests": 0, "replies_sent": 0, "replies_dropped": 0,
@@ -127,8 +131,9 @@ class Prober:
             self.stats["replies_dropped"] += 1
             return
         i = (self.p_head + self.p_count) % PENDING
-        copy_into(self.p_key[i], 0, key_buf, key_off, 32)
-        encode(self.p_pl[i], kind, pid, ttl)
+        copy_into(self.p_key, 32 * i, key_buf, key_off, 32)
+        encode(self.pl1, kind, pid, ttl)
+        copy_into(self.p_pl, PAYLOAD_LEN * i, self.pl1, 0, PAYLOAD_LEN)
         self.p_count += 1
 
     def on_deliver(self, src, payload):
@@ -162,7 +167,7 @@ class Prober:
             if self.s_used[i] and self.s_id[i] == pid and not self.s_got[i]:
                 self.s_rtt[i] = _ticks_diff_us(_ticks_us(), self.s_sent[i])
                 self.s_got[i] = kind
-                copy_into(self.s_from[i], 0, src, 0, 32)
+                copy_into(self.s_from, 32 * i, src, 0, 32)
                 return
             i += 1
         self.stats["unmatched"] += 1
@@ -178,7 +183,9 @@ class Prober:
             i = self.p_head
             self.p_head = (i + 1) % PENDING
             self.p_count -= 1
-            if r.send(self.p_key[i], self.p_pl[i], ticks_ms(), hl):
+            copy_into(self.key1, 0, self.p_key, 32 * i, 32)
+            copy_into(self.pl1, 0, self.p_pl, PAYLOAD_LEN * i, PAYLOAD_LEN)
+            if r.send(self.key1, self.pl1, ticks_ms(), hl):
                 self.stats["replies_sent"] += 1
             else:
                 self.stats["replies_dropped"] += 1
@@ -267,7 +274,8 @@ class Prober:
                     await asyncio.sleep(0.01)
                 got = self.s_got[i]
                 if got == TRACE_HOP or got == TRACE_END:
-                    hops.append({"key": _hex(self.s_from[i]), "rtt_ms": round(self.s_rtt[i] / 1000, 3)})
+                    hops.append({"key": _hex(self.s_from[32 * i:32 * i + 32]),
+                                 "rtt_ms": round(self.s_rtt[i] / 1000, 3)})
                     silent = 0
                     if got == TRACE_END:
                         reached = True

@@ -139,10 +139,8 @@ async def run(node, link):
         pub = await handshake(node, link, hb, mv)
         if pub is None:
             return "handshake"
-        try:
-            link.peer_key = pub
-        except AttributeError:
-            pass
+        if getattr(link, "want_key", False):
+            link.peer_key = pub      # the dialler of a static peer remembers it
         port = node.link_up(link, pub)
         if not port:
             return "refused"

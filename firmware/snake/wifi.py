@@ -337,6 +337,7 @@ class Wifi:
                 link = None
             if link is not None:
                 up0 = node.stats["links_up"]
+                link.want_key = True
                 await stream.run(node, link)
                 known = getattr(link, "peer_key", None) or known
                 if node.stats["links_up"] != up0:
