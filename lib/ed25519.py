@@ -514,7 +514,7 @@ def verify(pub, msg, sig):
 # few peers' keys over and over, and decoding costs a square root. Only x is
 # kept (y is the key's own low 255 bits, read again at no cost): on a
 # 32-bit port each 255-bit int costs 48 bytes of heap.
-_KC = 8
+_KC = 4
 _kc_keys = [None] * _KC
 _kc_x = [None] * _KC
 _kc_next = 0

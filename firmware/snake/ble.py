@@ -48,13 +48,6 @@ import asyncio
 from snake.platform import const, ticks_ms, ticks_diff, ticks_add
 from snake import platform
 
-# Resolved now, at boot: MicroPython's asyncio loads Lock lazily (module
-# asyncio.lock) on first use, and a module loaded at the first BLE link
-# interns new qstrs then. A new qstr can need MicroPython's next qstr pool
-# (one block of ~14 KB on the 64-bit unix port), which a fragmented heap
-# cannot give however much is free in total: every later new qstr then fails
-# too (see stream.py "Nothing new after boot").
-_Lock = asyncio.Lock
 
 _IRQ_CENTRAL_CONNECT = const(1)
 _IRQ_CENTRAL_DISCONNECT = const(2)
@@ -93,7 +86,10 @@ PREFIX_LEN = const(8)
 _AD_SERVICE_DATA_128 = const(0x21)
 
 # Tunables (module level so a board can patch them before start()).
-MTU = 512                   # preferred ATT MTU (NimBLE allows up to 527)
+# preferred ATT MTU: 247 is the largest whose packet (+ 4-byte L2CAP header)
+# fits one data-length-extended link-layer PDU (251 bytes), so a larger one
+# buys little throughput but doubles what every receive ring must hold
+MTU = 247
 ADV_INTERVAL_US = 100000
 SCAN_INTERVAL_US = 100000
 SCAN_WINDOW_US = 50000
@@ -262,10 +258,12 @@ def new_flag():
     return platform.irq_flag()
 
 
-class Slot:
+class Slot(Ring):
+    """A BLE connection slot; it is its own receive ring (one object)."""
+
     def __init__(self, index, ring_size):
+        Ring.__init__(self, ring_size)
         self.index = index
-        self.ring = Ring(ring_size)
         self.addr = bytearray(6)
         self.state = FREE
         self.gen = 0
@@ -291,7 +289,7 @@ class Slot:
         self.overflow = False
         self.flag = None
         self.link = None
-        self.ring.reset()
+        Ring.reset(self)
 
 
 class BleLink:
@@ -304,12 +302,16 @@ class BleLink:
         self.slot = slot
         self.gen = slot.gen
         self.outbound = slot.role == CENTRAL
-        a = slot.addr
-        self.name = "ble %02x:%02x:%02x:%02x:%02x:%02x %s" % (
-            a[0], a[1], a[2], a[3], a[4], a[5], "central" if self.outbound else "peripheral")
+
         self.flag = new_flag()
         self.closed = False
-        self._lock = _Lock()
+        self._sending = False   # send() is part-way through (the handshake)
+
+    @property
+    def name(self):
+        a = self.slot.addr     # (made when asked for: logs)
+        return "ble %02x:%02x:%02x:%02x:%02x:%02x %s" % (
+            a[0], a[1], a[2], a[3], a[4], a[5], "central" if self.outbound else "peripheral")
 
     def _ok(self):
         s = self.slot
@@ -325,7 +327,7 @@ class BleLink:
         while True:
             if self.closed or s.gen != self.gen or s.overflow:
                 return 0
-            n = s.ring.get_into(mv, len(mv))
+            n = s.get_into(mv, len(mv))
             if n:
                 self.m.stats["bytes_in"] += n
                 return n
@@ -342,7 +344,7 @@ class BleLink:
         """The chunks the stack takes now (link.py: try_send)."""
         if not self._ok():
             return -1
-        if self._lock.locked():
+        if self._sending:
             return 0            # send() is part-way through the handshake
         m = self.m
         s = self.slot
@@ -377,7 +379,10 @@ class BleLink:
         s = self.slot
         ble = m.ble
         mv = memoryview(buf)
-        async with self._lock:
+        # one caller at a time (stream.run's handshake, before the node sends
+        # frames with try_send); no asyncio.Lock: its module is heap
+        self._sending = True
+        try:
             off = 0
             stalled = False
             stall = 0
@@ -415,6 +420,8 @@ class BleLink:
                 k += 1
                 if k & 3 == 0:
                     await asyncio.sleep(0)
+        finally:
+            self._sending = False
 
     def close(self):
         if self.closed:
@@ -538,7 +545,7 @@ class BleManager:
     def _rx(self, s, data):
         if s.overflow:
             return
-        if not s.ring.put(data):
+        if not s.put(data):
             s.overflow = True
             self.stats["overflow"] += 1
         f = s.flag
@@ -852,7 +859,7 @@ class BleManager:
         s.t_up = now if now != 0 else 1
         s.link = link
         s.flag = link.flag
-        if s.ring.count():
+        if s.count():
             link.flag.set()
         self.stats["links_up"] += 1
         try:

@@ -126,18 +126,32 @@ class TcpLink:
     closed = False
     _rtask = None       # the task blocked in recv_into (close() wakes it)
     _fast = 0           # direct socket reads in a row
+    _name = None
+    _addr = None
 
-    def __init__(self, reader, writer, link_type, name, outbound=False):
+    def __init__(self, reader, writer, link_type, name=None, outbound=False, addr=None):
         self.r = reader
         self.w = writer
         self.link_type = link_type
-        self.name = name
+        # the name (logs) is made when asked for, not kept per link
+        if name is not None:
+            self._name = name
+        if addr is not None:
+            self._addr = addr        # (host, port) we dialled
         self.outbound = outbound
         # MicroPython: the stream's non-blocking socket (reader and writer
         # are one Stream), read directly when data is already waiting and
         # written directly (try_send). CPython: None; reads through the
         # StreamReader, writes into the StreamWriter's transport.
         self._sock = getattr(reader, "s", None) if hasattr(writer, "awrite") else None
+
+    @property
+    def name(self):
+        if self._name is not None:
+            return self._name
+        if self._addr is not None:
+            return "tcp %s:%d" % self._addr
+        return "tcp " + peer_name(self.w) + " (in)"
 
     def try_send(self, buf, n, off):
         if self.closed:
@@ -253,4 +267,4 @@ async def open_tcp(host, port, link_type, timeout_s=5):
                 close_stream(writer)
                 raise
     set_nodelay(writer)
-    return TcpLink(reader, writer, link_type, "tcp %s:%d" % (host, port), outbound=True)
+    return TcpLink(reader, writer, link_type, outbound=True, addr=(host, port))

@@ -36,6 +36,7 @@
 # than its ring's share, and no port needs a task or an object of its own.
 import asyncio
 import sys
+from array import array
 
 from snake import platform, wire
 from snake.platform import ticks_ms, ticks_diff, copy_into
@@ -126,11 +127,11 @@ class SendQueues:
         self.pool = pool
         self.depth = depth
         self.slots = bytearray(ports * depth)
-        self.lens = [0] * (ports * depth)
+        self.lens = array("H", bytearray(2 * ports * depth))   # frame lengths (<= 65535)
         self.head = bytearray(ports)
         self.count = bytearray(ports)
         self.limit = bytearray(ports)
-        self.off = [0] * ports
+        self.off = array("H", bytearray(2 * ports))
         self.high = bytearray(ports)   # highest fill seen
         self.full = [0] * ports        # frames refused (ring full or pool empty)
         self.ev = asyncio.Event()
@@ -211,8 +212,6 @@ class SendQueues:
 class Node:
     def __init__(self, profile, signer, config=None, meter=None):
         self.profile = profile
-        self.signer = signer
-        self.config = config
         self.meter = meter       # platform.Meter: heap per part at boot (console `mem`)
         self.key = bytes(signer.public)
         self.started = ticks_ms()
@@ -239,7 +238,6 @@ class Node:
         self._mark("rx_pool")
         self.rx_since = [0] * P  # ticks a port took an rx buffer (0: none held)
         self.tasks = [None] * P
-        self.link_since = [0] * P
         self.rx_out = 0          # links being served (stream.run), handshakes included
         self.rx_max = profile.max_peers + EXTRA_HANDSHAKES
         self.hop_limit = getattr(profile, "traffic_hop_limit", wire.HOP_LIMIT_TRAFFIC)
@@ -380,7 +378,6 @@ class Node:
         except RuntimeError:
             self.tasks[port] = None
         now = ticks_ms()
-        self.link_since[port] = now
         if not r.port_up(port, peer_key, link.link_type, now):
             self.links[port] = None
             self.tasks[port] = None

@@ -53,8 +53,8 @@ TRACE_END = 5
 PAYLOAD_LEN = 8
 KIND_NAMES = (None, "ping", "pong", "trace", "trace_hop", "trace_end")
 
-SLOTS = 16            # probes in flight (all sessions)
-PENDING = 8           # replies waiting to be sent
+SLOTS = 12            # probes in flight (all sessions: a ping has <= 5 out, a trace 1)
+PENDING = 6           # replies waiting to be sent
 MAX_SESSIONS = 2      # concurrent ping/trace commands
 TRACE_MAX_TTL = 32
 TRACE_MAX_SILENT = 3  # stop a trace after this many unanswered probes in a row

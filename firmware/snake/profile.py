@@ -72,8 +72,8 @@ class Profile:
             raise ProfileError("profile buffer pools hold at most 255 buffers each")
         if self.small_frame < 64:
             raise ProfileError("profile small_frame must be at least 64")
-        if self.ble_ring < 1024:
-            raise ProfileError("profile ble_ring must be at least 1024 (two BLE packets)")
+        if self.ble_ring < 512:
+            raise ProfileError("profile ble_ring must be at least 512 (two BLE packets)")
         if self.max_peers > 255:
             raise ProfileError("profile max_peers must be at most 255")
         if self.max_hops > 255:

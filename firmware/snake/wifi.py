@@ -186,7 +186,7 @@ class Wifi:
         set_nodelay(writer)
         self.node.stat("accepts")
         try:
-            link = TcpLink(reader, writer, link_type, "tcp " + peer_name(writer) + " (in)", outbound=False)
+            link = TcpLink(reader, writer, link_type, outbound=False)
         except MemoryError:
             self.node.oom()
             close_stream(writer)
