@@ -567,12 +567,17 @@ def test_sim_convergence_matches_the_simulators_own_truth(scen_sim):
         ep = [e for e in s["epochs"] if abs(e["start_s"] - ev["t"]) < 0.5]
         assert len(ep) == 1, ev
         ep = ep[0]
-        within = ev["reconverged_s"] is not None and ev["t"] + ev["reconverged_s"] < ep["end_s"]
-        if within:
+        # the pipeline sees a reconvergence at the first state sample (1 s apart)
+        # at or after the simulator's time; a sample that falls at or after the
+        # epoch's end belongs to the next epoch, so near the end either answer is right
+        seen = None if ev["reconverged_s"] is None else ev["t"] + ev["reconverged_s"]
+        missing = ep["snake_converged_s"] is None or ep["tree_converged_s"] is None
+        if seen is not None and seen + 1.0 < ep["end_s"]:
+            assert not missing, (ev, ep)
+        if not missing:
+            assert seen is not None and seen < ep["end_s"], (ev, ep)
             both = max(ep["tree_converged_s"], ep["snake_converged_s"])
             assert ev["reconverged_s"] - 0.25 <= both <= ev["reconverged_s"] + 1.25, (ev, ep)
-        else:
-            assert ep["snake_converged_s"] is None or ep["tree_converged_s"] is None, (ev, ep)
 
 
 # -- bad input that needs Spark to notice ------------------------------------------------
