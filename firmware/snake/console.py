@@ -32,6 +32,12 @@
 # bytes is discarded with an error reply. ping/trace answer when done, with
 # their ID; the console keeps answering other commands meanwhile.
 # The private key is never printed.
+#
+# This module is the console's hot half: the line reader, the output and the
+# probe/telemetry tasks. The commands themselves (snake/cmds.py) are loaded
+# per request and dropped after it on MicroPython, so the running node's heap
+# does not hold their code; status/stats/mem/telemetry figures of the heap are
+# taken before they are loaded (the node's steady state).
 import asyncio
 import binascii
 import json
@@ -48,9 +54,6 @@ MAX_ID = 16
 SCHEMA_VERSION = 1
 COMMANDS = ("help", "version", "status", "peers", "tree", "snake", "routes", "stats",
             "mem", "ping", "trace", "telemetry")
-PING_MAX = 100
-TELEMETRY_MIN_S = 0.1
-TELEMETRY_MAX_S = 86400
 WRITE_WAIT_MS = 100        # a full output that takes nothing this long cuts the line
 _EAGAIN = (11, 35)         # EAGAIN on Linux, on macOS/BSD
 
@@ -103,39 +106,6 @@ def parse_request(line):
     return rid, parts[0], parts[1:]
 
 
-def parse_key(s):
-    """64 hex digits -> bytes(32); ConsoleError otherwise."""
-    if len(s) != 64:
-        raise ConsoleError("bad key: expected 64 hex digits")
-    try:
-        return binascii.unhexlify(s)
-    except (ValueError, TypeError):
-        raise ConsoleError("bad key: expected 64 hex digits")
-
-
-def parse_count(s):
-    try:
-        n = int(s)
-    except ValueError:
-        raise ConsoleError("bad count: expected an integer 1..%d" % PING_MAX)
-    if n < 1 or n > PING_MAX:
-        raise ConsoleError("bad count: expected an integer 1..%d" % PING_MAX)
-    return n
-
-
-def parse_interval(s):
-    """telemetry argument: seconds (float) or 'off' -> float or None."""
-    if s == "off":
-        return None
-    try:
-        v = float(s)
-    except ValueError:
-        raise ConsoleError("telemetry: expected SECONDS or off")
-    if not (TELEMETRY_MIN_S <= v <= TELEMETRY_MAX_S):
-        raise ConsoleError("telemetry: SECONDS must be within %g..%d" % (TELEMETRY_MIN_S, TELEMETRY_MAX_S))
-    return v
-
-
 def _hex(b):
     if b is None:
         return None
@@ -176,6 +146,7 @@ class Console:
         self.telemetry_s = None
         self.telemetry_task = None
         self.tasks = 0             # running ping/trace commands
+        self.heap = None           # (used, free, largest) before a command (_measure)
         if node is not None:
             self.attach(node)
 
@@ -304,7 +275,12 @@ class Console:
                 d["warnings"] = n.warnings
         else:
             d["error"] = self.boot_error or "not running"
-        d["version"] = self._version()["version"]
+        # the command code, loaded once now: its qstrs are interned while the
+        # heap is unfragmented (a later request only loads its code)
+        m = _cold()
+        d["version"] = m.version(self)["version"]
+        m = None
+        _drop()
         self.emit(d)
 
     # ---- input ------------------------------------------------------------
@@ -382,103 +358,36 @@ class Console:
             except MemoryError:
                 self.oom_reply(cmd, rid)
 
-    # ---- commands ---------------------------------------------------------
-    def _version(self):
-        impl = sys.implementation.name
-        d = {"version": _router_version(), "platform": "%s-%s" % (impl, sys.platform),
-             "board": self.node.profile.name if self.node is not None else None}
-        try:
-            from snake import crypto
-            d["crypto"] = crypto.BACKEND
-        except ImportError:
-            d["crypto"] = None
-        return d
-
-    def _need(self, args, lo, hi, usage):
-        if len(args) < lo or len(args) > hi:
-            raise ConsoleError("usage: " + usage)
-
+    # ---- commands (snake/cmds.py, loaded per request) ----------------------
     def dispatch(self, cmd, args, rid):
-        if cmd == "help":
-            self._need(args, 0, 0, "help")
-            return {"commands": list(COMMANDS)}
-        if cmd == "version":
-            self._need(args, 0, 0, "version")
-            return self._version()
-        node = self.node
-        if node is None:
-            raise ConsoleError("node not running: " + (self.boot_error or "no router"))
-        r = node.router
-        now = node.now()
-        if cmd == "status":
-            self._need(args, 0, 0, "status")
-            d = r.snapshot()
-            d["version"] = _router_version()
-            d["uptime_s"] = node.uptime_s()
-            d["mem_free"] = _mem_free()
-            d["listen"] = node.listeners
-            d["capacity"] = r.capacity()
-            return d
-        if cmd == "peers":
-            self._need(args, 0, 0, "peers")
-            return {"peers": r.peers()}
-        if cmd == "tree":
-            self._need(args, 0, 0, "tree")
-            s = r.snapshot()
-            return {"root": s["root"], "root_seq": s["root_seq"], "parent": s["parent"],
-                    "coords": s["coords"], "depth": s["depth"], "ancestors": r.ancestors()}
-        if cmd == "snake":
-            self._need(args, 0, 0, "snake")
-            sn = r.snake
-            desc = None
-            if sn.desc_valid:
-                desc = {"key": _hex(sn.desc_key), "port": sn.desc_port,
-                        "root": _hex(sn.desc_root), "root_seq": sn.desc_root_seq}
-            return {"desc": desc, "routes": sn.routes.count}
-        if cmd == "routes":
-            self._need(args, 0, 0, "routes")
-            return {"routes": r.routes(now)}
-        if cmd == "stats":
-            self._need(args, 0, 0, "stats")
-            d = self.counters_fields()
-            d["links"] = dict(node.stats)
-            d["handshake_failures"] = dict(node.hs_fail)
-            d["queues"] = node.queue_info()
-            d["probes"] = dict(node.probes.stats)
-            d["console"] = {"requests": self.requests, "bad_lines": self.bad_lines,
-                            "dropped_lines": self.dropped, "oom": self.oom}
-            return d
-        if cmd == "mem":
-            self._need(args, 0, 0, "mem")
-            return node.mem()
-        if cmd == "ping":
-            self._need(args, 1, 2, "ping KEY [COUNT]")
-            key = parse_key(args[0])
-            count = parse_count(args[1]) if len(args) > 1 else 3
-            self._spawn("ping", rid, node.probes.ping(key, count, reserved=True))
-            return None
-        if cmd == "trace":
-            self._need(args, 1, 1, "trace KEY")
-            key = parse_key(args[0])
-            max_ttl = node.hop_limit if node.hop_limit < 32 else 32
-            self._spawn("trace", rid, node.probes.trace(key, max_ttl, reserved=True))
-            return None
-        if cmd == "telemetry":
-            self._need(args, 1, 1, "telemetry SECONDS|off")
-            v = parse_interval(args[0])
-            self.set_telemetry(v)
-            return {"telemetry": "off" if v is None else v}
-        raise ConsoleError("unknown command (try help)")
-
-    def _spawn(self, cmd, rid, coro_fn):
-        # coro_fn is an un-started coroutine; reserve a probe session first
-        from snake.probe import ProbeBusy
+        """The reply's data for one command, None when it comes later."""
+        self._measure(cmd)
+        m = _cold()
         try:
-            self.node.probes.reserve()
-        except ProbeBusy as e:
-            coro_fn.close()
-            raise ConsoleError(str(e))
-        asyncio.create_task(self._probe_task(cmd, rid, coro_fn))
+            return m.dispatch(self, cmd, args, rid)
+        finally:
+            m = None
+            _drop()
+
+    def records(self):
+        """The periodic telemetry records: state, counters, peers."""
+        self._measure("stats")
+        m = _cold()
+        try:
+            return m.records(self)
+        finally:
+            m = None
+            _drop()
+
+    def _measure(self, cmd):
+        # heap figures for status/stats/mem/telemetry, taken before the
+        # command code is loaded: the node's heap at steady state
+        self.heap = None
+        if platform.MICROPYTHON and (cmd == "status" or cmd == "stats" or cmd == "mem"):
+            import gc
+            gc.collect()
+            free = gc.mem_free()
+            self.heap = (gc.mem_alloc(), free, platform.largest_free() if cmd == "mem" else None)
 
     async def _probe_task(self, cmd, rid, coro):
         try:
@@ -494,41 +403,6 @@ class Console:
             self.reply(cmd, rid, d, ok=d["ok"])
         else:
             self.reply(cmd, rid, d)
-
-    # ---- telemetry --------------------------------------------------------
-    def counters_fields(self):
-        r = self.node.router
-        d = r.counters.as_dict()
-        d["evictions"] = r.evictions()
-        d["occupancy"] = r.occupancy()
-        d["capacity"] = r.capacity()
-        d["mem_free"] = _mem_free()
-        return d
-
-    def _record(self, kind):
-        n = self.node
-        d = {"v": SCHEMA_VERSION, "kind": kind}
-        if not platform.BOARD:
-            d["t"] = platform.wall_ms() / 1000
-        d["up"] = n.uptime_s()
-        d["node"] = _hex(n.key)
-        return d
-
-    def records(self):
-        """The periodic telemetry records: state, counters, peers."""
-        r = self.node.router
-        st = self._record("state")
-        s = r.snapshot()
-        for k in ("root", "root_seq", "parent", "coords", "depth", "desc", "peers", "routes"):
-            st[k] = s[k]
-        st["profile"] = self.node.profile.name
-        co = self._record("counters")
-        f = self.counters_fields()
-        for k in f:
-            co[k] = f[k]
-        pe = self._record("peers")
-        pe["peers"] = r.peers()
-        return (st, co, pe)
 
     def set_telemetry(self, seconds):
         self.telemetry_s = seconds
@@ -554,6 +428,15 @@ class Console:
         finally:
             self.telemetry_task = None
 
+    def _record(self, kind):
+        n = self.node
+        d = {"v": SCHEMA_VERSION, "kind": kind}
+        if not platform.BOARD:
+            d["t"] = platform.wall_ms() / 1000
+        d["up"] = n.uptime_s()
+        d["node"] = _hex(n.key)
+        return d
+
     def on_event(self, kind, detail):
         if self.telemetry_s is None or self.node is None:
             return
@@ -566,14 +449,13 @@ class Console:
             self.oom += 1
 
 
-def _router_version():
-    try:
-        from snake.router import VERSION
-        return VERSION
-    except ImportError:
-        return None
+def _cold():
+    from snake import cmds
+    return cmds
 
 
-def _mem_free():
-    v = platform.collect()
-    return v if v >= 0 else None
+def _drop():
+    # the command code leaves the heap with the request (MicroPython; on
+    # CPython a re-import per command would only cost time)
+    if platform.MICROPYTHON:
+        platform.unload("snake.cmds")

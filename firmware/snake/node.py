@@ -264,25 +264,6 @@ class Node:
         if self.meter is not None:
             self.meter.mark(part)
 
-    def mem(self):
-        """The console's `mem`: heap size, use and where it went (None on CPython)."""
-        used = platform.heap_used()
-        if used is None:
-            return {"heap": None, "used": None, "free": None}
-        import gc
-        free = gc.mem_free()
-        d = {"heap": used + free, "used": used, "free": free, "largest_free": platform.largest_free()}
-        m = self.meter
-        if m is not None:
-            parts = m.as_dict()
-            parts["links_and_runtime"] = used - m.total()
-            d["parts"] = parts
-        n = 0
-        for lk in self.links:
-            if lk is not None:
-                n += 1
-        d["links"] = n
-        return d
     def log(self, msg):
         if self.log_fn is not None:
             self.log_fn(msg)
@@ -689,17 +670,7 @@ def _settings(cfg):
 
 
 def _unload(name):
-    try:
-        del sys.modules[name]
-    except KeyError:
-        pass
-    pkg, _, attr = name.rpartition(".")
-    mod = sys.modules.get(pkg)
-    if mod is not None:
-        try:
-            delattr(mod, attr)
-        except (AttributeError, KeyError):  # MicroPython raises KeyError
-            pass
+    platform.unload(name)
     import gc
     gc.collect()
 

@@ -171,6 +171,20 @@ def largest_free():
     return lo
 
 
+def unload(name):
+    """Drop module `name` (e.g. "snake.cmds") from sys.modules and its
+    package, so its code leaves the heap once nothing else refers to it."""
+    import sys
+    sys.modules.pop(name, None)
+    pkg, _, attr = name.rpartition(".")
+    mod = sys.modules.get(pkg)
+    if mod is not None:
+        try:
+            delattr(mod, attr)
+        except (AttributeError, KeyError):  # MicroPython raises KeyError
+            pass
+
+
 class Meter:
     """Where the node's heap went while it booted: gc.mem_alloc() growth
     (after a collection) from one mark to the next, per part. The parts are

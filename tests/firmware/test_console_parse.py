@@ -5,7 +5,8 @@ import asyncio
 import json
 
 from snake import console
-from snake.console import Console, ConsoleError, parse_request, parse_key, parse_count, parse_interval
+from snake.console import Console, ConsoleError, parse_request
+from snake.cmds import parse_key, parse_count, parse_interval
 from snake.crypto import Signer
 from snake.node import Node
 from snake.profile import Profile
@@ -245,3 +246,37 @@ def test_output_without_room_cuts_one_line_and_the_next_reply_survives():
     st = json.loads(lines[1][4:].decode())
     assert st["re"] == "status" and st["id"] == "2" and st["ok"] is True
     assert not c.cut
+
+
+def test_command_code_leaves_the_heap_after_each_request():
+    # snake/cmds.py (the commands) is loaded per request and dropped after
+    # it on MicroPython: the running node's heap holds only the line reader
+    import sys
+    mp = sys.implementation.name == "micropython"
+    out = Out()
+    c = Console(node(), out=out)
+    c.boot()
+    for cmd in (b"status", b"#7 stats", b"mem", b"routes", b"nosuch", b"ping 00"):
+        c.handle(cmd)
+        assert ("snake.cmds" in sys.modules) is not mp, cmd
+    st, co, pe = c.records()
+    assert ("snake.cmds" in sys.modules) is not mp
+    objs = out.objects()
+    assert [o["re"] for o in objs] == ["boot", "status", "stats", "mem", "routes", "nosuch", "ping"], objs
+    assert objs[2]["id"] == "7" and objs[6]["error"] == "bad key: expected 64 hex digits"
+    if mp:
+        import gc
+        # figures of the heap taken before the command code was loaded
+        assert objs[1]["mem_free"] > 0 and co["mem_free"] > 0
+        m = objs[3]
+        assert m["used"] + m["free"] == m["heap"] and 0 < m["largest_free"] <= m["free"]
+        # the same requests again: the heap holds nothing more than before
+        out.clear()
+        gc.collect()
+        a0 = gc.mem_alloc()
+        for i in range(5):
+            c.handle(b"status")
+            c.handle(b"stats")
+            out.clear()
+        gc.collect()
+        assert gc.mem_alloc() - a0 < 256, gc.mem_alloc() - a0

@@ -1,0 +1,212 @@
+# The console's commands and telemetry records (snake/console.py's cold half).
+#
+# Loaded for one request (or one telemetry period) and dropped again on
+# MicroPython (console.py, _cold/_drop): a running node's heap holds only the
+# line reader and the output; this module's code (as .mpy: bytecode,
+# constants; frozen: function objects and dicts) is there only while a
+# command runs. It is imported once at boot too, so its qstrs are interned
+# while the heap is still unfragmented (stream.py, "Nothing new after boot").
+# Protocol and reply fields: console.py's header.
+import binascii
+import sys
+
+from snake import platform
+from snake.console import ConsoleError, COMMANDS, _hex
+
+PING_MAX = 100
+TELEMETRY_MIN_S = 0.1
+TELEMETRY_MAX_S = 86400
+
+
+def parse_key(s):
+    """64 hex digits -> bytes(32); ConsoleError otherwise."""
+    if len(s) != 64:
+        raise ConsoleError("bad key: expected 64 hex digits")
+    try:
+        return binascii.unhexlify(s)
+    except (ValueError, TypeError):
+        raise ConsoleError("bad key: expected 64 hex digits")
+
+
+def parse_count(s):
+    try:
+        n = int(s)
+    except ValueError:
+        raise ConsoleError("bad count: expected an integer 1..%d" % PING_MAX)
+    if n < 1 or n > PING_MAX:
+        raise ConsoleError("bad count: expected an integer 1..%d" % PING_MAX)
+    return n
+
+
+def parse_interval(s):
+    """telemetry argument: seconds (float) or 'off' -> float or None."""
+    if s == "off":
+        return None
+    try:
+        v = float(s)
+    except ValueError:
+        raise ConsoleError("telemetry: expected SECONDS or off")
+    if not (TELEMETRY_MIN_S <= v <= TELEMETRY_MAX_S):
+        raise ConsoleError("telemetry: SECONDS must be within %g..%d" % (TELEMETRY_MIN_S, TELEMETRY_MAX_S))
+    return v
+
+
+def _router_version():
+    try:
+        from snake.router import VERSION
+        return VERSION
+    except ImportError:
+        return None
+
+
+def version(c):
+    impl = sys.implementation.name
+    d = {"version": _router_version(), "platform": "%s-%s" % (impl, sys.platform),
+         "board": c.node.profile.name if c.node is not None else None}
+    try:
+        from snake import crypto
+        d["crypto"] = crypto.BACKEND
+    except ImportError:
+        d["crypto"] = None
+    return d
+
+
+def _need(args, lo, hi, usage):
+    if len(args) < lo or len(args) > hi:
+        raise ConsoleError("usage: " + usage)
+
+
+def mem(node, heap):
+    """`mem` from the heap figures the console took before loading this
+    module (heap = (used, free, largest_free) or None on CPython)."""
+    if heap is None:
+        return {"heap": None, "used": None, "free": None}
+    used, free, largest = heap
+    d = {"heap": used + free, "used": used, "free": free, "largest_free": largest}
+    m = node.meter
+    if m is not None:
+        parts = m.as_dict()
+        parts["links_and_runtime"] = used - m.total()
+        d["parts"] = parts
+    n = 0
+    for lk in node.links:
+        if lk is not None:
+            n += 1
+    d["links"] = n
+    return d
+
+
+def dispatch(c, cmd, args, rid):
+    """Run console command `cmd` for Console c: the reply's data, or None
+    when the reply comes later (ping, trace). c.heap: the heap figures taken
+    before this module was loaded (status, stats, mem)."""
+    if cmd == "help":
+        _need(args, 0, 0, "help")
+        return {"commands": list(COMMANDS)}
+    if cmd == "version":
+        _need(args, 0, 0, "version")
+        return version(c)
+    node = c.node
+    if node is None:
+        raise ConsoleError("node not running: " + (c.boot_error or "no router"))
+    r = node.router
+    now = node.now()
+    if cmd == "status":
+        _need(args, 0, 0, "status")
+        d = r.snapshot()
+        d["version"] = _router_version()
+        d["uptime_s"] = node.uptime_s()
+        d["mem_free"] = c.heap[1] if c.heap is not None else None
+        d["listen"] = node.listeners
+        d["capacity"] = r.capacity()
+        return d
+    if cmd == "peers":
+        _need(args, 0, 0, "peers")
+        return {"peers": r.peers()}
+    if cmd == "tree":
+        _need(args, 0, 0, "tree")
+        s = r.snapshot()
+        return {"root": s["root"], "root_seq": s["root_seq"], "parent": s["parent"],
+                "coords": s["coords"], "depth": s["depth"], "ancestors": r.ancestors()}
+    if cmd == "snake":
+        _need(args, 0, 0, "snake")
+        sn = r.snake
+        desc = None
+        if sn.desc_valid:
+            desc = {"key": _hex(sn.desc_key), "port": sn.desc_port,
+                    "root": _hex(sn.desc_root), "root_seq": sn.desc_root_seq}
+        return {"desc": desc, "routes": sn.routes.count}
+    if cmd == "routes":
+        _need(args, 0, 0, "routes")
+        return {"routes": r.routes(now)}
+    if cmd == "stats":
+        _need(args, 0, 0, "stats")
+        d = counters_fields(c)
+        d["links"] = dict(node.stats)
+        d["handshake_failures"] = dict(node.hs_fail)
+        d["queues"] = node.queue_info()
+        d["probes"] = dict(node.probes.stats)
+        d["console"] = {"requests": c.requests, "bad_lines": c.bad_lines,
+                        "dropped_lines": c.dropped, "oom": c.oom}
+        return d
+    if cmd == "mem":
+        _need(args, 0, 0, "mem")
+        return mem(node, c.heap)
+    if cmd == "ping":
+        _need(args, 1, 2, "ping KEY [COUNT]")
+        key = parse_key(args[0])
+        count = parse_count(args[1]) if len(args) > 1 else 3
+        _spawn(c, "ping", rid, node.probes.ping(key, count, reserved=True))
+        return None
+    if cmd == "trace":
+        _need(args, 1, 1, "trace KEY")
+        key = parse_key(args[0])
+        max_ttl = node.hop_limit if node.hop_limit < 32 else 32
+        _spawn(c, "trace", rid, node.probes.trace(key, max_ttl, reserved=True))
+        return None
+    if cmd == "telemetry":
+        _need(args, 1, 1, "telemetry SECONDS|off")
+        v = parse_interval(args[0])
+        c.set_telemetry(v)
+        return {"telemetry": "off" if v is None else v}
+    raise ConsoleError("unknown command (try help)")
+
+
+def _spawn(c, cmd, rid, coro):
+    # coro is an un-started coroutine of the node's probes (hot code: the
+    # task outlives this module); reserve a probe session first
+    from snake.probe import ProbeBusy
+    try:
+        c.node.probes.reserve()
+    except ProbeBusy as e:
+        coro.close()
+        raise ConsoleError(str(e))
+    import asyncio
+    asyncio.create_task(c._probe_task(cmd, rid, coro))
+
+
+def counters_fields(c):
+    r = c.node.router
+    d = r.counters.as_dict()
+    d["evictions"] = r.evictions()
+    d["occupancy"] = r.occupancy()
+    d["capacity"] = r.capacity()
+    d["mem_free"] = c.heap[1] if c.heap is not None else None
+    return d
+
+
+def records(c):
+    """The periodic telemetry records: state, counters, peers."""
+    r = c.node.router
+    st = c._record("state")
+    s = r.snapshot()
+    for k in ("root", "root_seq", "parent", "coords", "depth", "desc", "peers", "routes"):
+        st[k] = s[k]
+    st["profile"] = c.node.profile.name
+    co = c._record("counters")
+    f = counters_fields(c)
+    for k in f:
+        co[k] = f[k]
+    pe = c._record("peers")
+    pe["peers"] = r.peers()
+    return (st, co, pe)
