@@ -529,158 +529,48 @@ def _short(key):
 
 
 # ------------------------------------------------------------------ boot
-def _log_line(msg):
-    out = getattr(sys.stdout, "buffer", sys.stdout)
+# Booting (config, profile, building the node, starting Wi-Fi, BLE and the
+# console) is snake/boot.py: loaded for the boot and dropped once the node
+# runs, so the running node's heap does not hold that code.
+def main(argv=None, heap0=None):
+    """Entry point of firmware/main.py (heap0: gc.mem_alloc() before the
+    firmware was imported, the start of console `mem`'s code figure)."""
     try:
-        out.write(("snakemesh: " + msg + "\n").encode())
-        if hasattr(out, "flush"):
-            out.flush()
-    except (OSError, TypeError):
-        pass
-
-
-async def run_node(cfg, profile, seed, meter=None):
-    """Boot everything from a config; runs until cancelled."""
-    # every module the node runs, loaded now (stream.py: nothing new after boot)
-    from snake.console import Console
-    if profile.wifi:
-        from snake import wifi
-    if profile.ble or getattr(cfg, "ble_medium", None):
-        platform.try_import("bluetooth")
+        from snake import boot
+        args = boot.prepare(argv, heap0)
+        boot = None
+        if type(args) is int:
+            return args
         try:
-            from snake import ble   # noqa: F401
-        except ImportError:
+            asyncio.run(_run(args))
+        except KeyboardInterrupt:
             pass
-    if meter is not None:
-        meter.mark("code")
-    console = Console(None, boot_error=None)
-    node = None
-    if seed is None:
-        console.boot_error = cfg.key_error or "no key"
-    else:
+        return 0
+    except MemoryError:
+        boot = args = None
+        _unload("snake.config")
         try:
-            node = Node(profile, crypto.Signer(seed), cfg, meter)
+            from snake import boot
+            return boot.out_of_memory()
         except MemoryError:
-            console.boot_error = "out of memory building the router (profile %s)" % profile.name
-            node = None
-        seed = None
-    if node is not None:
-        console.attach(node)
-        node.log_fn = console.log
-        node.start()
-        if profile.wifi:
-            await wifi.Wifi(node, cfg).start()
-            node._mark("wifi")
-        if profile.ble or getattr(cfg, "ble_medium", None):
-            start_ble(node, console)
-            node._mark("ble")
-        node._mark("console")
-    console.boot()
+            print("snakemesh: error: out of memory while booting")
+            return 3
+
+
+async def _run(args):
+    from snake import boot
+    console, meter = await boot.start(args)
+    boot = None
+    _unload("snake.boot")
+    if meter is not None:
+        meter.mark("code")      # the boot code left the heap again: net of it
     await console.run()
     # stdin closed: keep routing (a board without a host, a detached node)
     while True:
         await _sleep_ms(3600000)
 
 
-def start_ble(node, console):
-    """Bluetooth LE links (snake/ble.py) when this platform has a radio: a
-    board's `bluetooth` module, or the host emulation (host_tools/blemu on
-    the module path, SNAKEMESH_BLE_MEDIUM set: `snakemesh node --ble-medium`)."""
-    if platform.try_import("bluetooth") is None:
-        node.warn("ble: no bluetooth module on this platform: BLE off")
-        return None
-    try:
-        from snake.ble import BleManager
-        mgr = BleManager(node.profile, node.key, node.start_link)
-        mgr.start()
-    except (ImportError, OSError, ValueError, AttributeError) as e:
-        node.warn("ble: cannot start: %s" % (e,))
-        return None
-    node.ble = mgr
-    return mgr
-
-
-def main(argv=None, heap0=None):
-    """Entry point of firmware/main.py (heap0: gc.mem_alloc() before the
-    firmware was imported, the start of console `mem`'s code figure)."""
-    try:
-        return _main(argv, heap0)
-    except MemoryError:
-        _unload("snake.config")
-        _log_line("error: out of memory while booting")
-        try:
-            _boot_fail("out of memory while booting")
-        except MemoryError:
-            pass    # not even the console fits: the line above says it all
-        return 3
-
-
-def _main(argv, heap0=None):
-    meter = platform.Meter(heap0) if heap0 is not None else None
-    from snake import config as cfgmod
-    from snake.profile import Profile, ProfileError
-    if argv is None:
-        argv = sys.argv[1:]
-    try:
-        if platform.BOARD:
-            cfg = cfgmod.from_board()
-        else:
-            cfg = cfgmod.from_argv(argv, argv0=sys.argv[0] if sys.argv else None)
-    except cfgmod.ConfigError as e:
-        _log_line("error: " + str(e))
-        _boot_fail(str(e))
-        return 2
-    try:
-        profile = Profile.load(cfg.profile_path) if cfg.profile_path else Profile()
-    except ProfileError as e:
-        _log_line("error: " + str(e))
-        _boot_fail(str(e))
-        return 2
-    if cfg.multicast is not None:
-        profile.multicast = cfg.multicast
-    seed = cfg.take_seed()
-    cfg = _settings(cfg)
-    # the config parser and the profile loader are not needed after boot:
-    # give their memory back (the profile object keeps its class)
-    cfgmod = None
-    Profile = ProfileError = None
-    _unload("snake.config")
-    _unload("snake.profile")
-    try:
-        asyncio.run(run_node(cfg, profile, seed, meter))
-    except KeyboardInterrupt:
-        pass
-    return 0
-
-
-class Settings:
-    """What the running node keeps of its config (snake.config is unloaded)."""
-    pass
-
-
-SETTINGS = ("key_error", "listen", "connect", "multicast", "ble_medium", "ssid", "password",
-            "hs_timeout_ms")
-
-
-def _settings(cfg):
-    s = Settings()
-    for k in SETTINGS:
-        setattr(s, k, getattr(cfg, k))
-    return s
-
-
 def _unload(name):
     platform.unload(name)
     import gc
     gc.collect()
-
-
-def _boot_fail(msg):
-    # one parseable line, then keep answering the console with the error
-    from snake.console import Console
-    c = Console(None, boot_error=msg)
-    c.boot()
-    try:
-        asyncio.run(c.run())
-    except KeyboardInterrupt:
-        pass

@@ -17,7 +17,9 @@ the BLE manager task, and console requests failed with an id-less
    line while both links come up, handshake, converge and carry pings and
    console commands. The firmware runs under a test entry script that prints
    micropython.qstr_info(1) right after boot (first scheduler pass after the
-   boot line) and when asked (a trigger file).
+   boot line) and when asked (a trigger file). Its module list then holds
+   no boot-only or console-command module (snake.boot, config, profile,
+   cmds: loaded when needed and dropped, so their code is not in the heap).
    Requests carry "#ID"s of letters, digits and "_.-" (the console checks
    them as bytes: iterating a str would intern each 1-character str).
 2. A MemoryError inside the BLE manager (one pass, or the link hand-over)
@@ -49,6 +51,7 @@ TRIGGER = os.getenv("QSTR_DUMP_TRIGGER")
 def _dump(tag):
     # the one-line summary (counts) first, then every qstr; the long list
     # may lose lines on the non-blocking pty, the summary does not
+    print("@@MODULES " + tag + " " + " ".join(sorted(k for k in sys.modules if k.startswith("snake"))))
     print("@@QSTRS " + tag)
     micropython.qstr_info()
     print("@@QSTRS-BEGIN " + tag)
@@ -185,6 +188,12 @@ def test_no_qstr_interned_after_boot_with_tcp_and_ble_to_one_peer(tmp_path):
                     new = sorted(qstr_names(p, "now") - boot_names[n])
                     raise AssertionError("node %s interned %d qstrs after boot (%d -> %d), e.g. %s"
                                          % (n, now - boot[n], boot[n], now, new[:40]))
+                # the running node holds no boot-only or console-command code
+                mods = [l.split()[2:] for l in lines_of(p) if l.startswith("@@MODULES now")]
+                assert mods, "no module list from node %s" % n
+                assert "snake.router" in mods[-1] and "snake.console" in mods[-1], mods[-1]
+                for cold in ("snake.boot", "snake.config", "snake.profile", "snake.cmds"):
+                    assert cold not in mods[-1], (n, cold, mods[-1])
                 err = open(str(tmp_path / (n + ".err"))).read()
                 assert "MemoryError" not in err, err[-2000:]
         finally:
