@@ -69,6 +69,7 @@ class Router:
         P = profile.max_peers + 1
         H = profile.max_hops
         self.up = bytearray(P)
+        self.ann_pending = bytearray(P)   # our announcement to this port is owed
         self.port_key = [bytearray(32) for _ in range(P)]
         self.port_link = [0] * P
         self.last_rx = [0] * P
@@ -80,8 +81,6 @@ class Router:
         self.hop_limiting = profile.hop_limiting
         self.traffic_hop_limit = profile.traffic_hop_limit
         self.frame_max = profile.frame_max
-        self.tree = Tree(self, profile)
-        self.snake = Snake(self, profile)
         # coordinate cache: source key -> encoded coordinates (tree replies)
         self.ccache = Table(profile.coord_cache, victim=self._cc_victim)
         # bytes of coordinates per entry: a port below 128 is one byte (an
@@ -103,6 +102,8 @@ class Router:
         self.k_dst = bytearray(32)
         self.k_wm = bytearray(32)
         self.k_wk = bytearray(32)     # scratch: origin of a wakeup
+        self.tree = Tree(self, profile)
+        self.snake = Snake(self, profile)
         self.last_root = bytearray(32)
         copy_into(self.last_root, 0, self.key, 0, 32)
         self.root_obj = self.key      # bytes of the current root key
@@ -175,6 +176,7 @@ class Router:
             return
         self.now = now
         self.up[port] = 0
+        self.ann_pending[port] = 0
         self.tree.port_down(port, now)
         self.snake.port_down(port)
         self.event("peer_down", self.port_key[port])
@@ -226,6 +228,7 @@ class Router:
         return False
 
     def announce_to(self, port):
+        self.ann_pending[port] = 0
         try:
             n = self.tree.build(self.buf, port)
         except wire.WireError:
@@ -233,7 +236,13 @@ class Router:
             # the tree is deeper than this profile carries; count, go on
             self.counters.drops[D_TOO_DEEP] += 1
             return
-        self._tx(port, self.buf, n)
+        if not self._tx(port, self.buf, n):
+            # the send queue or the node's buffers for long frames are full
+            # (a board keeps one): unlike a bootstrap, an announcement is
+            # not repeated on a timer, so a lost one would leave the peer
+            # with our old place in the tree. Sent again at the next tick,
+            # rebuilt from the state then.
+            self.ann_pending[port] = 1
 
     def announce_all(self):
         p = 1
@@ -644,9 +653,11 @@ class Router:
         tree = self.tree
         tree.tick(now)
         self._tree_changed(now)
-        # keepalives and dead peers
+        # keepalives, dead peers, announcements the tx path refused
         p = 1
         while p < len(self.up):
+            if self.up[p] and self.ann_pending[p]:
+                self.announce_to(p)
             if self.up[p]:
                 if ticks_diff(now, self.last_rx[p]) >= DEAD_MS:
                     self.event("peer_dead", self.port_key[p])

@@ -90,9 +90,10 @@ class Snake:
         self.nh_koff = 0
         self.nh_seq = 0
         self.nh_slot = -1               # route slot of the result, -1: none
-        # scratch keys for the frame being handled
-        self.k_dst = bytearray(32)
-        self.k_wm = bytearray(32)
+        # scratch keys for the frame being handled (the router's: a frame
+        # is either traffic or a bootstrap, never both at once)
+        self.k_dst = router.k_dst
+        self.k_wm = router.k_wm
         self.k_root = bytearray(32)
         self.bs_seq = 0                 # our last bootstrap sequence
         self.last_bootstrap = 0

@@ -60,3 +60,25 @@ def test_route_table_full_is_counted_under_routes():
     assert c["routes"][2] == 1          # K[3] is farther than both: refused
     n.rx(2, bootstrap(K[5], 2000, K[11], 1), t)
     assert n.r.capacity()["routes"][2] == 2
+
+
+def test_announcement_refused_by_the_tx_path_is_sent_at_the_next_tick():
+    # a board keeps one buffer for long frames: announce_all to several
+    # peers finds it taken; an announcement is not repeated on a timer, so
+    # the router owes it and sends it when the tx path takes it again
+    from snake import wire
+    n = Node(K[4])
+    n.r.port_up(1, pub(7), 1, 0)
+    n.r.port_up(2, pub(2), 1, 0)
+    n.clear()
+    n.queue_ok = False
+    n.rx(1, announcement(K[11], 1, [(K[11], 3), (K[7], 1)]), 10)
+    assert n.r.parent_port() == 1
+    assert n.frames(wire.T_ANNOUNCEMENT) == []
+    n.queue_ok = True
+    n.r.tick(260)
+    got = n.frames(wire.T_ANNOUNCEMENT)
+    assert sorted(p for p, _ in got) == [1, 2]
+    n.clear()
+    n.r.tick(520)
+    assert n.frames(wire.T_ANNOUNCEMENT) == []      # owed once, sent once
