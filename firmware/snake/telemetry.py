@@ -32,7 +32,7 @@ DROP_NAMES = (
     "bootstrap_replay",  # bootstrap sequence not higher than the route's
     "bootstrap_self",    # our own bootstrap came back
     "bad_signature",     # bootstrap / wakeup / announcement signature failed
-    "route_table_full",  # new route less useful than every existing one
+    "route_table_full",  # (not counted since such bootstraps are relayed: see capacity routes)
     "wakeup_root",       # wakeup for another root
     "wakeup_dup",        # wakeup repeated or too soon from that origin
     "wakeup_hop_limit",  # wakeup not relayed at hop limit 1

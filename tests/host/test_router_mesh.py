@@ -137,7 +137,9 @@ def test_reconverges_after_a_link_is_removed():
 
 
 def test_tables_stay_within_capacity_under_10x_bootstrap_flood_and_snake_recovers():
-    m = mesh("sim.txt", seed=6)
+    # a table small enough for the flood to fill it (most flooded bootstraps
+    # would loop back to the flooder and are dropped before they count)
+    m = mesh("sim.txt", seed=6, profile={"max_routes": 64})
     assert m.converge(timeout=120) is not None
     victim = m.nodes[5]
     r = m.router(victim)
@@ -157,7 +159,7 @@ def test_tables_stay_within_capacity_under_10x_bootstrap_flood_and_snake_recover
         if i % 16 == 0:
             m.run(0.05)
     assert peak <= cap and r.snake.routes.count <= cap
-    assert r.snake.routes.evictions > 0 or r.counters.drops[13] > 0
+    assert r.snake.routes.evictions > 0 or r.capacity()["routes"][2] > 0
     # flood over: the honest snake is correct again within 30 s
     t = m.converge(timeout=30)
     assert t is not None, m.problems()
