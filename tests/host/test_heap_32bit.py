@@ -22,6 +22,10 @@ use without pressure); SNAKEMESH_HEAP_SECONDS the duration.
 
 3. `snakemesh mesh --micropython PATH --heapsize SIZE` runs every node on
    that interpreter with that heap (the frozen 32-bit build at 110K here).
+4. ESP32_LARGE_MESH (a plain ESP32 with the tables of a ~250-board mesh),
+   frozen, 110K: the same scenario runs without MemoryError or restart; its
+   free share (below 35 %) is printed and must not fall below what README
+   "Memory" states.
 """
 import json
 import os
@@ -57,6 +61,29 @@ def test_node_fits_board_heap_with_full_tables(profile, tmp_path):
     assert not res.errors, "\n".join(res.errors)
 
 
+# ESP32_LARGE_MESH: the same board as ESP32_GENERIC with the tables of a
+# ~250-board mesh (160 routes + 32 hints, depth 30, frame_max 3040). It is not
+# held to the 35 % (the coordinator's decision of issue 13/14: the larger
+# tables do not fit that budget); it must run the scenario at 110K, frozen,
+# every table full, without MemoryError, restart or no_memory drop, and keep
+# the free share README "Memory" states (measured 21.7 % lowest sample, 60 s):
+# LARGE_MIN_FREE is that figure less ~2 KB of run-to-run noise.
+LARGE_MIN_FREE = 0.20
+
+
+def test_large_mesh_profile_runs_at_110K_with_every_table_full(tmp_path):
+    heap = os.environ.get("SNAKEMESH_HEAP32", "110K")
+    res = heap_scenario.run("ESP32_LARGE_MESH", "frozen", heap, SECONDS, str(tmp_path / "run"))
+    worst = heap_scenario.worst_free(res)
+    print("\n" + "\n".join(heap_scenario.report(res)))
+    print("lowest free share with every table full: %.1f %% (node %s)" % worst)
+    assert res.cap["routes"] == 160
+    # everything but the 35 % bar (heap_scenario.problems() words it "free (")
+    errors = [e for e in res.errors if "free (" not in e]
+    assert not errors, "\n".join(errors)
+    assert worst[0] >= 100 * LARGE_MIN_FREE, worst
+
+
 def cli(*args, timeout=300):
     r = subprocess.run([sys.executable, "-m", "host_tools.cli"] + list(args),
                        capture_output=True, text=True, timeout=timeout)
@@ -89,6 +116,8 @@ def test_mesh_cli_takes_micropython_and_heapsize(tmp_path):
 # (profile, build, heap with room to spare, HEAP_NEED entry) measured for `snakemesh deploy`
 NEED_RUNS = (("ESP32_GENERIC", "frozen", "256K", "frozen"),
              ("ESP32_GENERIC_S3", "stock", "400K", "mpy"),
+             ("ESP32_LARGE_MESH", "frozen", "256K", "frozen"),
+             ("ESP32_LARGE_MESH", "stock", "400K", "mpy"),
              ("ESP32_GENERIC_C3", "frozen", "256K", "frozen"),
              ("ESP32_GENERIC_C3", "stock", "400K", "mpy"))
 

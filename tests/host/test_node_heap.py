@@ -40,9 +40,22 @@ pytestmark = pytest.mark.skipif(micropython_binary() is None, reason="micropytho
 HEAP = os.environ.get("SNAKEMESH_HEAP", "384K")
 SECONDS = float(os.environ.get("SNAKEMESH_HEAP_SECONDS", "60"))
 PROFILE = "ESP32_GENERIC"
-CAPACITY = {"peers": 8, "routes": 32, "coords": 16, "sigcache": 32, "wakeups": 16}
+
+
+def _capacity(profile):
+    # the tables as the shipped profile sizes them
+    import json
+    from host_tools import BOARDS_DIR
+    with open(os.path.join(BOARDS_DIR, profile, "profile.json")) as f:
+        p = json.load(f)
+    return {"peers": p["max_peers"], "routes": p["max_routes"], "coords": p["coord_cache"],
+            "sigcache": p["sig_cache"], "wakeups": p["wakeup_filter"]}
+
+
+CAPACITY = _capacity(PROFILE)
 FAKES_PER_NODE = CAPACITY["peers"] - 2
-SYNTH_PER_NODE = 48
+# more bootstrapping keys than the routing table holds (it must run full)
+SYNTH_PER_NODE = max(48, CAPACITY["routes"] + 16)
 ROUND_S = 3.0
 
 
