@@ -11,8 +11,8 @@
 # Backends, fastest first:
 #   native        a C module `snakemesh_ed25519` frozen into a custom firmware
 #                 image: public_key(seed), sign(seed, msg), verify(pub, msg, sig)
-#   nacl          PyNaCl (libsodium), CPython
-#   cryptography  pyca/cryptography (OpenSSL), CPython
+#   nacl          PyNaCl (libsodium), CPython (snake/crypto_host.py)
+#   cryptography  pyca/cryptography (OpenSSL), CPython (snake/crypto_host.py)
 #   python        lib/ed25519.py (pure Python, runs on MicroPython)
 # The environment variable SNAKEMESH_CRYPTO_BACKEND (where os.getenv exists)
 # picks a backend at import, e.g. to run the simulator on the python backend.
@@ -29,15 +29,6 @@ from snake import platform
 _NAMES = ("native", "nacl", "cryptography", "python")
 
 
-def _sub(mod, path):
-    # try_import("a.b.c") returns package a; walk to a.b.c
-    for part in path.split(".")[1:]:
-        mod = getattr(mod, part, None)
-        if mod is None:
-            return None
-    return mod
-
-
 def _ok_bytes(b, n):
     return isinstance(b, (bytes, bytearray, memoryview)) and len(b) == n
 
@@ -45,7 +36,7 @@ def _ok_bytes(b, n):
 # ---------------------------------------------------------------- backends
 # Each backend is (make_signer, verify): make_signer(seed) -> (public, sign).
 
-def _load_native():
+def _load_native(name):
     mod = platform.try_import("snakemesh_ed25519")
     if mod is None:
         return None
@@ -63,55 +54,16 @@ def _load_native():
     return make, verify
 
 
-def _load_nacl():
-    signing = _sub(platform.try_import("nacl.signing"), "nacl.signing")
-    if signing is None:
+def _load_host(name):
+    # PyNaCl, pyca/cryptography: CPython only, in snake/crypto_host.py (not
+    # loaded on MicroPython, so a board's heap holds none of that code)
+    if platform.MICROPYTHON:
         return None
-
-    def make(seed):
-        key = signing.SigningKey(bytes(seed))
-
-        def sign(msg):
-            return key.sign(bytes(msg)).signature
-        return bytes(key.verify_key), sign
-
-    def verify(pub, msg, sig):
-        try:
-            signing.VerifyKey(bytes(pub)).verify(bytes(msg), bytes(sig))
-            return True
-        except Exception:
-            return False
-    return make, verify
+    from snake import crypto_host
+    return crypto_host.load(name)
 
 
-def _load_cryptography():
-    path = "cryptography.hazmat.primitives.asymmetric.ed25519"
-    ed = _sub(platform.try_import(path), path)
-    ser = _sub(platform.try_import("cryptography.hazmat.primitives.serialization"),
-               "cryptography.hazmat.primitives.serialization")
-    if ed is None or ser is None:
-        return None
-    raw = ser.Encoding.Raw
-    rawpub = ser.PublicFormat.Raw
-
-    def make(seed):
-        key = ed.Ed25519PrivateKey.from_private_bytes(bytes(seed))
-        pub = key.public_key().public_bytes(raw, rawpub)
-
-        def sign(msg):
-            return key.sign(bytes(msg))
-        return pub, sign
-
-    def verify(pub, msg, sig):
-        try:
-            ed.Ed25519PublicKey.from_public_bytes(bytes(pub)).verify(bytes(sig), bytes(msg))
-            return True
-        except Exception:
-            return False
-    return make, verify
-
-
-def _load_python():
+def _load_python(name):
     ed = platform.try_import("ed25519")
     if getattr(ed, "IMPLEMENTATION", None) != "snakemesh-ed25519":
         return None  # missing, or another package named ed25519 shadows lib/
@@ -124,8 +76,8 @@ def _load_python():
 
 _LOADERS = {
     "native": _load_native,
-    "nacl": _load_nacl,
-    "cryptography": _load_cryptography,
+    "nacl": _load_host,
+    "cryptography": _load_host,
     "python": _load_python,
 }
 _loaded = {}
@@ -134,7 +86,7 @@ _loaded = {}
 def _get(name):
     if name not in _loaded:
         loader = _LOADERS.get(name)
-        _loaded[name] = loader() if loader else None
+        _loaded[name] = loader(name) if loader else None
     return _loaded[name]
 
 

@@ -28,7 +28,6 @@
 # router.receive): they are queued in a small preallocated ring and sent by
 # flush(), which the node calls right after each received frame and on
 # every tick. A full ring drops the reply (counted).
-import asyncio
 import binascii
 
 from snake import platform
@@ -124,6 +123,7 @@ class Prober:
         self.next_id = int.from_bytes(platform.urandom(4), "big") & 0x7FFFFFFF
         self.stats = {"requests": 0, "replies_sent": 0, "replies_dropped": 0,
                       "trace_expired": 0, "unmatched": 0}
+        _cold()   # loaded once at boot: its qstrs are interned now, not at the first ping
 
     # ---- hooks called by the router (during receive) --------------------
     def _queue_reply(self, key_buf, key_off, kind, pid, ttl):
@@ -220,76 +220,22 @@ class Prober:
             raise ProbeBusy("busy: %d probe commands already running" % MAX_SESSIONS)
         self.sessions += 1
 
-    async def ping(self, dst, count=3, interval_ms=500, timeout_ms=2000, reserved=False):
-        """Send `count` echo requests; {dst, sent, received, rtts_ms}."""
-        if not reserved:
-            self.reserve()
-        rtts = []
-        sent = 0
-        inflight = []
-        try:
-            next_send = ticks_ms()
-            while sent < count or inflight:
-                now = ticks_ms()
-                if sent < count and platform.ticks_diff(now, next_send) >= 0:
-                    i = self._send(dst, PING, 0, self.node.hop_limit)
-                    if i >= 0:
-                        sent += 1
-                        inflight.append((i, now))
-                        next_send = platform.ticks_add(now, interval_ms)
-                keep = []
-                for i, t0 in inflight:
-                    got = self.s_got[i]
-                    if got == PONG:
-                        rtts.append(round(self.s_rtt[i] / 1000, 3))
-                        self._free(i)
-                    elif got == 255 or platform.ticks_diff(now, t0) >= timeout_ms:
-                        self._free(i)
-                    else:
-                        keep.append((i, t0))
-                inflight = keep
-                await asyncio.sleep(0.01)
-        finally:
-            for i, t0 in inflight:
-                self._free(i)
-            self.sessions -= 1
-        return {"dst": _hex(dst), "sent": sent, "received": len(rtts), "rtts_ms": rtts}
+    # ping and trace themselves: snake/probing.py, loaded for the command
+    # (the coroutine keeps it while it runs) and dropped from sys.modules
+    # at once on MicroPython, so the running node's heap holds it only then
+    def ping(self, dst, count=3, interval_ms=500, timeout_ms=2000, reserved=False):
+        """Coroutine: send `count` echo requests; {dst, sent, received, rtts_ms}."""
+        m = _cold()
+        return m.ping(self, dst, count, interval_ms, timeout_ms, reserved)
 
-    async def trace(self, dst, max_ttl=TRACE_MAX_TTL, timeout_ms=2000, reserved=False):
-        """Hop-by-hop path to `dst`: {dst, ok, hops: [{key, rtt_ms}]}."""
-        if not reserved:
-            self.reserve()
-        hops = []
-        reached = False
-        silent = 0
-        i = -1
-        try:
-            ttl = 1
-            while ttl <= max_ttl and not reached and silent < TRACE_MAX_SILENT:
-                i = self._send(dst, TRACE, ttl, ttl)
-                if i < 0:
-                    raise ProbeBusy("busy: no probe slot free")
-                t0 = ticks_ms()
-                while not self.s_got[i] and platform.ticks_diff(ticks_ms(), t0) < timeout_ms:
-                    await asyncio.sleep(0.01)
-                got = self.s_got[i]
-                if got == TRACE_HOP or got == TRACE_END:
-                    hops.append({"key": _hex(self.s_from[32 * i:32 * i + 32]),
-                                 "rtt_ms": round(self.s_rtt[i] / 1000, 3)})
-                    silent = 0
-                    if got == TRACE_END:
-                        reached = True
-                else:
-                    hops.append({"key": None, "rtt_ms": None})
-                    silent += 1
-                self._free(i)
-                i = -1
-                ttl += 1
-        finally:
-            if i >= 0:
-                self._free(i)
-            self.sessions -= 1
-        # unanswered probes after the last answer say nothing: drop them
-        while hops and hops[-1]["key"] is None:
-            hops.pop()
-        return {"dst": _hex(dst), "ok": reached, "hops": hops}
+    def trace(self, dst, max_ttl=TRACE_MAX_TTL, timeout_ms=2000, reserved=False):
+        """Coroutine: hop-by-hop path to `dst`: {dst, ok, hops: [{key, rtt_ms}]}."""
+        m = _cold()
+        return m.trace(self, dst, max_ttl, timeout_ms, reserved)
+
+
+def _cold():
+    from snake import probing
+    if platform.MICROPYTHON:
+        platform.unload("snake.probing")
+    return probing

@@ -19,7 +19,8 @@ the BLE manager task, and console requests failed with an id-less
    micropython.qstr_info(1) right after boot (first scheduler pass after the
    boot line) and when asked (a trigger file). Its module list then holds
    no boot-only or console-command module (snake.boot, config, profile,
-   cmds: loaded when needed and dropped, so their code is not in the heap).
+   cmds, probing: loaded when needed and dropped, so their code is not in
+   the heap; crypto_host: CPython's backends, never loaded there).
    Requests carry "#ID"s of letters, digits and "_.-" (the console checks
    them as bytes: iterating a str would intern each 1-character str).
 2. A MemoryError inside the BLE manager (one pass, or the link hand-over)
@@ -192,7 +193,8 @@ def test_no_qstr_interned_after_boot_with_tcp_and_ble_to_one_peer(tmp_path):
                 mods = [l.split()[2:] for l in lines_of(p) if l.startswith("@@MODULES now")]
                 assert mods, "no module list from node %s" % n
                 assert "snake.router" in mods[-1] and "snake.console" in mods[-1], mods[-1]
-                for cold in ("snake.boot", "snake.config", "snake.profile", "snake.cmds"):
+                for cold in ("snake.boot", "snake.config", "snake.profile", "snake.cmds", "snake.probing",
+                             "snake.crypto_host"):
                     assert cold not in mods[-1], (n, cold, mods[-1])
                 err = open(str(tmp_path / (n + ".err"))).read()
                 assert "MemoryError" not in err, err[-2000:]

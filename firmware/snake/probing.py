@@ -1,0 +1,87 @@
+# ping and trace (snake/probe.py's cold half): the console's probe commands.
+#
+# Prober.ping/trace load this module for one command and drop it from
+# sys.modules at once on MicroPython: the command's coroutine keeps the
+# code while it runs, and the heap is rid of it when it ends. Replying to
+# others' probes (probe.py: Prober.on_deliver/on_expired/flush) stays hot.
+import asyncio
+
+from snake import platform
+from snake.platform import ticks_ms
+from snake.probe import (ProbeBusy, PING, PONG, TRACE, TRACE_HOP, TRACE_END, TRACE_MAX_SILENT,
+                         _hex)
+
+
+async def ping(pr, dst, count, interval_ms, timeout_ms, reserved):
+    """Send `count` echo requests; {dst, sent, received, rtts_ms}."""
+    if not reserved:
+        pr.reserve()
+    rtts = []
+    sent = 0
+    inflight = []
+    try:
+        next_send = ticks_ms()
+        while sent < count or inflight:
+            now = ticks_ms()
+            if sent < count and platform.ticks_diff(now, next_send) >= 0:
+                i = pr._send(dst, PING, 0, pr.node.hop_limit)
+                if i >= 0:
+                    sent += 1
+                    inflight.append((i, now))
+                    next_send = platform.ticks_add(now, interval_ms)
+            keep = []
+            for i, t0 in inflight:
+                got = pr.s_got[i]
+                if got == PONG:
+                    rtts.append(round(pr.s_rtt[i] / 1000, 3))
+                    pr._free(i)
+                elif got == 255 or platform.ticks_diff(now, t0) >= timeout_ms:
+                    pr._free(i)
+                else:
+                    keep.append((i, t0))
+            inflight = keep
+            await asyncio.sleep(0.01)
+    finally:
+        for i, t0 in inflight:
+            pr._free(i)
+        pr.sessions -= 1
+    return {"dst": _hex(dst), "sent": sent, "received": len(rtts), "rtts_ms": rtts}
+
+async def trace(pr, dst, max_ttl, timeout_ms, reserved):
+    """Hop-by-hop path to `dst`: {dst, ok, hops: [{key, rtt_ms}]}."""
+    if not reserved:
+        pr.reserve()
+    hops = []
+    reached = False
+    silent = 0
+    i = -1
+    try:
+        ttl = 1
+        while ttl <= max_ttl and not reached and silent < TRACE_MAX_SILENT:
+            i = pr._send(dst, TRACE, ttl, ttl)
+            if i < 0:
+                raise ProbeBusy("busy: no probe slot free")
+            t0 = ticks_ms()
+            while not pr.s_got[i] and platform.ticks_diff(ticks_ms(), t0) < timeout_ms:
+                await asyncio.sleep(0.01)
+            got = pr.s_got[i]
+            if got == TRACE_HOP or got == TRACE_END:
+                hops.append({"key": _hex(pr.s_from[32 * i:32 * i + 32]),
+                             "rtt_ms": round(pr.s_rtt[i] / 1000, 3)})
+                silent = 0
+                if got == TRACE_END:
+                    reached = True
+            else:
+                hops.append({"key": None, "rtt_ms": None})
+                silent += 1
+            pr._free(i)
+            i = -1
+            ttl += 1
+    finally:
+        if i >= 0:
+            pr._free(i)
+        pr.sessions -= 1
+    # unanswered probes after the last answer say nothing: drop them
+    while hops and hops[-1]["key"] is None:
+        hops.pop()
+    return {"dst": _hex(dst), "ok": reached, "hops": hops}
