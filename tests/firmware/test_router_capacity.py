@@ -82,3 +82,42 @@ def test_announcement_refused_by_the_tx_path_is_sent_at_the_next_tick():
     n.clear()
     n.r.tick(520)
     assert n.frames(wire.T_ANNOUNCEMENT) == []      # owed once, sent once
+
+
+def _full_table_node(policy):
+    # own key lowest; the table (2 routes) holds K[2] and K[3]
+    n = Node(K[0], max_routes=2, bootstrap_verify=policy)
+    n.r.port_up(1, pub(11), 1, 0)
+    n.r.port_up(2, pub(10), 1, 0)
+    n.rx(1, announcement(K[11], 1, [(K[11], 1)]), 1)
+    n.rx(2, bootstrap(K[2], 1002, K[11], 1), 2)
+    n.rx(2, bootstrap(K[3], 1003, K[11], 1), 3)
+    assert n.r.capacity()["routes"][:2] == [2, 2]
+    return n
+
+
+def test_bootstrap_the_full_table_refuses_is_not_verified_on_change():
+    # overload policy (docs/CAPACITY.md): a key the full table would refuse
+    # changes nothing of ours, so "on-change" relays it unverified (a node
+    # that stores its route verifies it); a key that would go in is verified
+    from snake.telemetry import DROP_NAMES
+    bad = DROP_NAMES.index("bad_signature")
+    n = _full_table_node("on-change")
+    c = n.r.counters
+    done, skipped = c.verify_done, c.verify_skipped
+    n.rx(2, bootstrap(K[5], 2000, K[11], 1, sig=bytes(64)), 4)     # farther than K[3]
+    assert c.verify_done == done and c.verify_skipped == skipped + 1
+    assert n.r.capacity()["routes"] == [2, 2, 1]                  # refused, counted
+    assert c.drops[bad] == 0
+    n.rx(1, bootstrap(K[1], 2001, K[11], 1, sig=bytes(64)), 5)     # closer: would evict K[3]
+    assert c.verify_done == done + 1 and c.drops[bad] == 1
+    assert n.r.snake.routes.find(bytearray(pub(3))) >= 0           # the forgery moved nothing
+
+
+def test_bootstrap_the_full_table_refuses_is_verified_with_policy_all():
+    from snake.telemetry import DROP_NAMES
+    n = _full_table_node("all")
+    c = n.r.counters
+    done = c.verify_done
+    n.rx(2, bootstrap(K[5], 2000, K[11], 1, sig=bytes(64)), 4)
+    assert c.verify_done == done + 1 and c.drops[DROP_NAMES.index("bad_signature")] == 1
