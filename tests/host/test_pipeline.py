@@ -30,11 +30,8 @@ import telemetry_synth as ts  # noqa: E402
 from host_tools import cli  # noqa: E402
 from host_tools.errors import InputError  # noqa: E402
 
-# shared/ sits next to the repository (CI: a fresh clone with shared/ beside it)
-TOPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
-                                    "shared", "topologies"))
-if not os.path.isdir(TOPO):
-    TOPO = "/work/shared/topologies"
+# the topologies shipped in the package (a clean clone has them; nothing outside the checkout)
+from host_tools.topofiles import TOPOLOGY_DIR as TOPO  # noqa: E402
 
 pytest.importorskip("pyspark")
 

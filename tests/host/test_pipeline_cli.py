@@ -17,9 +17,7 @@ from host_tools.errors import InputError  # noqa: E402
 from host_tools.pipeline import inputs, topology  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOPO = os.path.join(os.path.dirname(ROOT), "shared", "topologies")
-if not os.path.isdir(TOPO):
-    TOPO = "/work/shared/topologies"
+TOPO = os.path.join(ROOT, "host_tools", "topologies")   # shipped with the package, not /work/shared
 
 
 def snakemesh(*args):
