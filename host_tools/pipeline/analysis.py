@@ -28,7 +28,7 @@ import time
 
 from host_tools.errors import CliError, InputError, UsageError
 from host_tools.pipeline import convergence, inputs, metrics, output, runinfo, topology
-from host_tools.pipeline.session import get_session, spark_log_path
+from host_tools.pipeline.session import cpu_seconds, get_session, jvm_pid, spark_log_path
 
 SUMMARY_VERSION = 2
 PARTITIONED = ("telemetry", "probes")
@@ -94,6 +94,10 @@ def spark_errors():
 
 
 SMALL_INPUT = 64 << 20
+# Below this input size a local JVM runs only its quick C1 compiler: the
+# optimising C2 compiler costs more CPU compiling Spark's code than it saves
+# in a run this short (1M records: 92 vs 117 CPU-seconds in one JVM).
+QUICK_JIT_INPUT = 2 << 30
 
 
 def input_size(files, remote):
@@ -103,8 +107,8 @@ def input_size(files, remote):
 
 def tune(spark, size, conf):
     """Runtime SQL settings sized to the input and the master. Small inputs:
-    2 shuffle partitions, no whole-stage code generation (compiling
-    generated code costs more than it saves there), no adaptive execution
+    2 shuffle partitions, no code generation (compiling generated code
+    costs more than it saves there), no adaptive execution
     (it runs every shuffle stage as a job of its own). Large inputs in local
     mode: as many shuffle partitions as cores x 2, whole-stage codegen. On a
     cluster: one shuffle partition per 32 MB of input (8..400) with adaptive
@@ -123,6 +127,9 @@ def tune(spark, size, conf):
     settings = {
         "spark.sql.shuffle.partitions": str(parts),
         "spark.sql.codegen.wholeStage": "false" if small else "true",
+        # small inputs: expressions interpreted, nothing compiled at all
+        # (180 monitor records: 11 instead of 15 JVM CPU-seconds)
+        "spark.sql.codegen.factoryMode": "NO_CODEGEN" if small else "FALLBACK",
         "spark.sql.adaptive.enabled": "false" if (small or local) else "true",
         # bad telemetry values become nulls and counted rejects, never a failed job
         "spark.sql.ansi.enabled": "false",
@@ -160,12 +167,17 @@ def analyze(input_paths, out_dir, master=None, topology_file=None, conf=None, sp
     try:
         with spark_errors():
             size = input_size(res.files, res.remote)
+            t_session = None
             if spark is None:
                 say("starting Spark (%s)" % (master or "local[2]"))
-                spark = get_session(master, conf, small_input=size < SMALL_INPUT)
+                t1 = time.time()
+                spark = get_session(master, conf, quick_jit=size < QUICK_JIT_INPUT, small_input=size < SMALL_INPUT)
+                t_session = round(time.time() - t1, 3)
             say("reading %d file(s)%s" % (len(res.files), (" + %d URI(s)" % len(res.remote)) if res.remote else ""))
             tune(spark, size, conf)
             summary = _run(spark, res, info, out, topology_file, opts, say)
+        if t_session is not None:
+            summary["timings_s"] = dict(summary["timings_s"], session=t_session)
         summary["wall_time_s"] = round(time.time() - t0, 3)
         summary["master"] = spark.sparkContext.master
         output.write_json(out.path("summary.json"), summary)
@@ -195,6 +207,20 @@ def collect_sections(sections):
     return out
 
 
+def local_df(spark, columns, schema):
+    """A small DataFrame from driver data ({column: [values]}) through Arrow:
+    the rows reach the JVM as Arrow batches, so no executor ever starts a
+    Python worker (spark.createDataFrame on a list of rows would, to
+    unpickle them: on a cluster the executors need no Python at all)."""
+    import warnings
+    import pandas as pd
+    spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
+    spark.conf.set("spark.sql.execution.arrow.pyspark.fallback.enabled", "false")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # pyspark vs pandas 3 notice
+        return spark.createDataFrame(pd.DataFrame(columns), schema)
+
+
 def _drop_rejected_partitions(path):
     for d in glob.glob(os.path.join(path, "*", "kind=" + REJECTED)):
         shutil.rmtree(d, ignore_errors=True)
@@ -204,18 +230,26 @@ def _drop_rejected_partitions(path):
 
 
 def _run(spark, res, info, out, topology_file, opts, say):
+    from pyspark import StorageLevel
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
     from host_tools.pipeline import ingest
 
     paths = res.files + res.remote
     timings = {}
-    t_stage = [time.time()]
+    cpu = {}
+    pid = jvm_pid(spark) if spark.sparkContext.master.startswith("local") else None
+    t_stage = [time.time(), cpu_seconds(pid) if pid else None]
 
     def lap(name):
+        """Wall time per stage, and the local JVM's CPU time (comparable
+        between runs on a loaded machine, unlike wall time)."""
         now = time.time()
         timings[name] = round(now - t_stage[0], 3)
-        t_stage[0] = now
+        c = cpu_seconds(pid) if pid else None
+        if c is not None and t_stage[1] is not None:
+            cpu[name] = round(c - t_stage[1], 2)
+        t_stage[:] = [now, c]
 
     # -- 1. one pass over the input: parse, validate, write --------------------------
     parsed = ingest.parse(spark, paths, res.console)
@@ -231,7 +265,7 @@ def _run(spark, res, info, out, topology_file, opts, say):
                    F.when(ok, F.col("kind")).otherwise(F.lit(REJECTED)).alias("kind"))
      .write.mode("overwrite").partitionBy("day", "kind").parquet(tele))
     ignored = dict((k, int(v or 0)) for k, v in (obs.get or {}).items() if v)
-    lap("read_write")
+    lap("parse_write")
 
     # -- 2. counts per file / reason / kind, time range, nodes, topology ----------------
     T = spark.read.parquet(tele)
@@ -271,7 +305,7 @@ def _run(spark, res, info, out, topology_file, opts, say):
                          % (" or console output without telemetry" if ignored else ""))
     if rejected:
         (T.where(F.col("kind") == REJECTED)
-         .select("source", "reason", F.col("raw").alias("line"))
+         .select(ingest.local_path("source").alias("source"), "reason", F.col("raw").alias("line"))
          .coalesce(1).write.mode("overwrite").json(out.path("rejects")))
         _drop_rejected_partitions(tele)
         T = spark.read.parquet(tele)
@@ -345,8 +379,9 @@ def _run(spark, res, info, out, topology_file, opts, say):
         for n in nodes:
             expected_rows.append((ep.index, n, comp[n], exp[n]))
     boundaries = [ep.start for ep in epochs[1:]]
-    expected_df = spark.createDataFrame(
-        expected_rows, "epoch int, node string, comp string, expected_desc string")
+    cols = ("epoch", "node", "comp", "expected_desc")
+    expected_df = local_df(spark, dict((c, [r[i] for r in expected_rows]) for i, c in enumerate(cols)),
+                           "epoch int, node string, comp string, expected_desc string")
     dist_df = None
     if topo_source != "none":
         dist_rows = {"epoch": [], "src": [], "dst": [], "shortest": []}
@@ -362,12 +397,7 @@ def _run(spark, res, info, out, topology_file, opts, say):
                         dist_rows["dst"].append(d)
                         dist_rows["shortest"].append(k)
         if dist_rows["src"]:
-            import warnings
-            import pandas as pd
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", FutureWarning)  # pyspark vs pandas 3 notice
-                dist_df = spark.createDataFrame(pd.DataFrame(dist_rows),
-                                                "epoch int, src string, dst string, shortest int")
+            dist_df = local_df(spark, dist_rows, "epoch int, src string, dst string, shortest int")
     say("%d nodes, topology from %s (%d epoch%s)"
         % (len(nodes), topo_source, len(epochs), "" if len(epochs) == 1 else "s"))
     epoch = convergence.epoch_col(boundaries)
@@ -385,15 +415,20 @@ def _run(spark, res, info, out, topology_file, opts, say):
         bucket = (t_end - t_start) / float(opts.max_buckets - 1)
         nb = int((t_end - t_start) // bucket) + 1
     S = convergence.state_stream(valid.where(F.col("kind") == "state"), boundaries, expected_df)
+    # the flagged rows are few: cached, so the window runs once for the three sections
+    f = convergence.flags(S).persist(StorageLevel.MEMORY_AND_DISK)
     got = collect_sections({
-        "node_epochs": convergence.node_epochs(S),
-        "deltas": convergence.bucket_deltas(S, t_start, bucket),
+        "node_epochs": convergence.node_epochs(f),
+        "finals": convergence.finals(f),
+        "deltas": convergence.bucket_deltas(f, t_start, bucket),
         "probe_stats": metrics.probe_stats(pr),
         "stretch_hist": metrics.stretch_histogram(pr, opts.stretch_bin),
         "probe_series": metrics.probe_series(pr, t_start, bucket),
         "activity": metrics.node_activity(valid.where(F.col("kind") != "topology")),
+        "ports": metrics.node_ports(valid.where(F.col("kind") != "topology")),
     })
-    by_scope = convergence.scopes(got["node_epochs"], epochs, t_start)
+    f.unpersist()
+    by_scope = convergence.scopes(got["node_epochs"], got["finals"], epochs, t_start)
     run, per_epoch, per_node, down = convergence.rollup(by_scope, nodes, epochs, comps, t_start, t_end,
                                                         has_topology=topo_source != "none")
     n_nodes = len(nodes)
@@ -408,22 +443,31 @@ def _run(spark, res, info, out, topology_file, opts, say):
         })
     ps = got["probe_stats"][0] if got["probe_stats"] else {}
     act = dict((r["node"], r) for r in got["activity"])
+    for r in sorted(got["ports"], key=lambda r: r["t"]):
+        if r["node"] in act:
+            act[r["node"]]["port"] = r["port"]
     lap("convergence_probes")
 
     # -- 5. counters: one job ---------------------------------------------------------------
     say("computing counter figures")
     window = _steady_window(run, by_scope, nodes, down, t_start, t_end, opts)
     rtt_bin = _nice_bin(ps.get("rtt_ms_max"))
-    cl = metrics.counters_long(valid.where(F.col("kind") == "counters"), t_start, bucket)
+    cl = metrics.counters_long(valid.where(F.col("kind") == "counters"), t_start, bucket,
+                               None if window["start_s"] is None else t_start + window["start_s"])
     rtt_hist = (pr.filter((F.col("probe") == "ping") & F.col("ok") & F.col("rtt_ms").isNotNull())
                 .groupBy((F.floor(F.col("rtt_ms") / rtt_bin) * rtt_bin).alias("bin_start")).count())
-    got2 = collect_sections({
-        "per_node": metrics.counters_per_node(cl),
-        "series": metrics.counters_series(cl),
-        "steady": metrics.steady_bytes(cl, t_start + window["start_s"]) if window["start_s"] is not None
-        else metrics.steady_bytes(cl, t_start).limit(0),
-        "rtt_hist": rtt_hist,
-    })
+    peers_t = [(n, a["peers_t"]) for n, a in act.items() if a.get("peers_t") is not None]
+    sections = {"counters": metrics.counters_agg(cl), "rtt_hist": rtt_hist}
+    if peers_t:
+        last = local_df(spark, {"n": [n for n, _t in peers_t], "peers_t": [t for _n, t in peers_t]},
+                        "n string, peers_t double")
+        sections["links"] = metrics.last_links(valid.where(F.col("kind") == "peers"), last)
+    got2 = collect_sections(sections)
+    got2["per_node"] = [r for r in got2["counters"] if r.get("node") is not None]
+    got2["series"] = [r for r in got2["counters"] if r.get("node") is None]
+    for r in got2.get("links", ()):
+        if r["node"] in act:
+            act[r["node"]].setdefault("links", {})[r.get("link") or "unknown"] = r["count"]
     lap("counters")
 
     return _assemble(spark, out, opts, locals_for_assembly(locals()))
@@ -433,7 +477,7 @@ def locals_for_assembly(d):
     keep = ("records", "rejected", "by_reason", "by_kind", "per_file", "res", "ignored", "t_start", "t_end",
             "bucket", "topo_source", "epochs", "per_epoch", "run", "per_node", "down", "nodes", "names",
             "comps", "conv_rows", "ps", "act", "got", "got2", "window", "rtt_bin", "by_scope", "info",
-            "timings")
+            "timings", "cpu")
     return dict((k, d[k]) for k in keep)
 
 
@@ -470,7 +514,9 @@ def _assemble(spark, out, opts, v):
     # counters: per node -> totals
     cn = {}
     totals = {}
+    restarts = {}
     for r in got2["per_node"]:
+        restarts[r["node"]] = max(restarts.get(r["node"], 0), r.get("restarts") or 0)
         cn.setdefault(r["node"], {}).setdefault(r["metric"], {})[r["key"]] = r
         t = totals.setdefault((r["metric"], r["key"]), {
             "metric": r["metric"], "key": r["key"], "total": None, "max": None, "min": None,
@@ -499,8 +545,10 @@ def _assemble(spark, out, opts, v):
     # control traffic in the steady-state window
     window = v["window"]
     steady = {}
-    for r in got2["steady"]:
-        steady.setdefault(r["node"], []).append(r)
+    for r in got2["per_node"]:
+        if r["metric"] == "tx_bytes" and r.get("t_a") is not None and r.get("t_b") is not None:
+            steady.setdefault(r["node"], []).append({"key": r["key"], "bytes": r.get("steady") or 0,
+                                                     "t_a": r["t_a"], "t_b": r["t_b"]})
     rates = {}
     by_type_rates = {}
     for n, rows in steady.items():
@@ -608,7 +656,8 @@ def _assemble(spark, out, opts, v):
             anomalies.append({"node": n, "name": names.get(n), "anomaly": kind, "value": float(value),
                               "detail": detail})
         node_json.append(_node_json(n, row, fin, a, cn.get(n, {}), rates.get(n), wmap.get(n, []),
-                                    comp_major.get(last_comp.get(n, n)), found, t_start, t_end, names))
+                                    comp_major.get(last_comp.get(n, n)), found, t_start, t_end, names,
+                                    restarts.get(n, 0)))
     # tree disagreement at the end: nodes not on the majority root
     if run["tree_converged_s"] is None:
         counts = {}
@@ -654,10 +703,10 @@ def _assemble(spark, out, opts, v):
     for r in got2["series"]:
         m = r["metric"]
         if m in ("drops", "evictions"):
-            ser.append({"series": m, "key": r["key"], "bucket": r["bucket"], "value": float(r.get("inc") or 0)})
+            ser.append({"series": m, "key": r["key"], "bucket": r["bucket"], "value": float(r.get("total") or 0)})
         elif m == "tx_bytes":
             ser.append({"series": "bytes_per_node_s", "key": r["key"], "bucket": r["bucket"],
-                        "value": float(r.get("inc") or 0) / bucket / n_nodes})
+                        "value": float(r.get("total") or 0) / bucket / n_nodes})
         elif m == "occupancy":
             ser.append({"series": "occupancy_max_ratio", "key": r["key"], "bucket": r["bucket"],
                         "value": r.get("max_ratio")})
@@ -761,6 +810,7 @@ def _assemble(spark, out, opts, v):
                                        "epochs.parquet", "anomalies.parquet", "topology.parquet",
                                        "histograms.parquet", "series.parquet", "counter_totals.parquet"],
         "timings_s": v["timings"],
+        "jvm_cpu_s": v["cpu"] or None,
     }
     return summary
 
@@ -787,7 +837,8 @@ def _days(t0, t1):
     return [(a + datetime.timedelta(days=i)).isoformat() for i in range(n + 1)]
 
 
-def _node_json(n, row, fin, a, counters, control_rate, warn_tables, major, found, t_start, t_end, names):
+def _node_json(n, row, fin, a, counters, control_rate, warn_tables, major, found, t_start, t_end, names,
+               restarts):
     """One node of nodes.json (the dashboard's per-node table; schema in
     docs/PIPELINE.md). Absent values are null, never NaN."""
     def g(metric):
@@ -800,9 +851,7 @@ def _node_json(n, row, fin, a, counters, control_rate, warn_tables, major, found
         return sum((r.get("total") or 0) for r in rows.values()) if rows else None
     mem = g("mem_free").get("")
     links = {}
-    for p in a.get("peer_list") or []:
-        ln = p.get("link") or "unknown"
-        links[ln] = links.get(ln, 0) + 1
+    links.update(a.get("links") or {})
     cap = {}
     for table, r in sorted(g("capacity").items()):
         ref = (g(metrics.REFUSED).get(table) or {}).get("total") or 0
@@ -811,7 +860,6 @@ def _node_json(n, row, fin, a, counters, control_rate, warn_tables, major, found
     occ = {}
     for table, r in sorted(g("occupancy").items()):
         occ[table] = {"used": r.get("last"), "capacity": r.get("last_capacity"), "max_used": r.get("max")}
-    gens = [r.get("gens") or 0 for m in counters.values() for r in m.values()]
     last_t = a.get("last_t")
     value = fin.get("value") if fin else None
     return {
@@ -844,7 +892,7 @@ def _node_json(n, row, fin, a, counters, control_rate, warn_tables, major, found
         "tx_bytes_total": total("tx_bytes"),
         "mem_free": mem.get("last") if mem else None,
         "mem_free_min": mem.get("min") if mem else None,
-        "restarts": max(gens) if gens else 0,
+        "restarts": restarts,
         "control_bytes_per_s": control_rate,
         "capacity": cap,
         "capacity_warnings": sorted(warn_tables),

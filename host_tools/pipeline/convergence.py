@@ -36,12 +36,19 @@ CARRIED = ("value", "root", "root_seq", "desc", "parent", "depth", "peers", "pro
 
 def epoch_col(boundaries, tcol="t", strict=False):
     """Index of the topology epoch in force at time `tcol` (the number of
-    epoch starts <= t; < t with strict)."""
-    if not boundaries:
-        return F.lit(0)
-    arr = F.array(*[F.lit(float(b)) for b in boundaries])
+    epoch starts <= t; < t with strict), as a binary search of CASE WHENs:
+    compiled code, no per-row lambda."""
     c = F.col(tcol)
-    return F.size(F.filter(arr, (lambda x: x < c) if strict else (lambda x: x <= c)))
+    bs = [float(b) for b in boundaries]
+
+    def search(lo, hi):   # number of starts among bs[lo:hi] that are <= (<) t, plus lo
+        if lo == hi:
+            return F.lit(lo)
+        mid = (lo + hi) // 2
+        cond = (F.lit(bs[mid]) < c) if strict else (F.lit(bs[mid]) <= c)
+        return F.when(cond, search(mid + 1, hi)).otherwise(search(lo, mid))
+
+    return search(0, len(bs)).cast("int")
 
 
 def state_stream(states, boundaries, expected):
@@ -69,65 +76,88 @@ def state_stream(states, boundaries, expected):
         # its own time if t == b_k and it is the last row at that time.
         lo = F.col("epoch") + 1
         hi = F.coalesce(F.col("next_elo"), F.lit(n_epochs - 1))
-        between = F.when(lo <= hi, F.sequence(lo, hi)).otherwise(F.array().cast("array<int>"))
         exact = (F.col("epoch") > F.col("elo")) & (F.col("next_t").isNull() | (F.col("next_t") != F.col("t")))
-        ks = F.when(exact, F.concat(F.array(F.col("epoch")), between)).otherwise(between)
+        first = F.when(exact, F.col("epoch")).otherwise(lo)
+        # k = 0 stands for the row itself, k >= 1 for the boundary of epoch k
+        ks = F.when(first <= hi, F.concat(F.array(F.lit(0)), F.sequence(first, hi))).otherwise(F.array(F.lit(0)))
         starts = F.array(*[F.lit(float(b)) for b in boundaries])   # starts[k-1] = start of epoch k
-
-        def row(t, seq, epoch, boundary):
-            return F.struct(t.alias("t"), seq.alias("seq"), *[F.col(c) for c in CARRIED],
-                            epoch.cast("int").alias("epoch"), F.lit(boundary).alias("boundary"))
-
-        own = row(F.col("t"), F.col("seq"), F.col("epoch"), False)
-        gen = F.transform(ks, lambda k: row(F.element_at(starts, k), F.lit(-1).cast("long"), k, True))
-        S = (st.select("node", F.explode(F.concat(F.array(own), gen)).alias("r"))
-             .select("node", "r.*"))
+        x = st.select("*", F.explode(ks).alias("k"))
+        own = F.col("k") == 0
+        S = x.select("node",
+                     F.when(own, F.col("t")).otherwise(F.element_at(starts, F.col("k"))).alias("t"),
+                     F.when(own, F.col("seq")).otherwise(F.lit(-1).cast("long")).alias("seq"),
+                     *CARRIED,
+                     F.when(own, F.col("epoch")).otherwise(F.col("k")).cast("int").alias("epoch"),
+                     (~own).alias("boundary"))
     S = S.join(F.broadcast(expected), ["epoch", "node"], "left")
     return S.withColumn("correct", F.col("desc").eqNullSafe(F.col("expected_desc")))
 
 
-def _flags(S):
+def flags(S):
+    """The rows of S that matter, with what changed at each: a node's first
+    and last row in every epoch, and every row where its tree value,
+    correctness, parent or descending key changes. One window over the
+    node-partitioned, (t, seq)-ordered rows; running counts carry the
+    number of rows (and of the node's own rows) so the dropped rows are
+    still counted. In a healthy mesh this is a few rows per node and epoch,
+    whatever the number of records."""
     w = Window.partitionBy("node").orderBy("t", "seq")
+    own = (~F.col("boundary")).cast("long")
     S = (S.withColumn("p_t", F.lag("t").over(w))
          .withColumn("p_value", F.lag("value").over(w))
          .withColumn("p_parent", F.lag("parent").over(w))
          .withColumn("p_desc", F.lag("desc").over(w))
-         .withColumn("p_correct", F.lag("correct").over(w)))
+         .withColumn("p_correct", F.lag("correct").over(w))
+         .withColumn("p_epoch", F.lag("epoch").over(w))
+         .withColumn("n_epoch", F.lead("epoch").over(w))
+         .withColumn("rn", F.row_number().over(w))
+         .withColumn("own_cum", F.sum(own).over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow))))
     first = F.col("p_t").isNull()
-    return S.select(
-        "*", first.alias("first"),
+    x = S.select(
+        "*", first.alias("first"), own.alias("own"),
+        (first | (F.col("p_epoch") != F.col("epoch"))).alias("first_in_epoch"),
+        (F.col("n_epoch").isNull() | (F.col("n_epoch") != F.col("epoch"))).alias("last_in_epoch"),
         (first | (F.col("value") != F.col("p_value"))).alias("value_start"),
         (~first & (F.col("value") != F.col("p_value"))).alias("value_chg"),
         (F.col("correct") & (first | ~F.col("p_correct"))).alias("correct_start"),
+        (~first & (F.col("correct") != F.col("p_correct"))).alias("correct_chg"),
         (~first & ~F.col("parent").eqNullSafe(F.col("p_parent"))).alias("parent_chg"),
         (~first & ~F.col("desc").eqNullSafe(F.col("p_desc"))).alias("desc_chg"))
+    keep = (F.col("first_in_epoch") | F.col("last_in_epoch") | F.col("value_start") | F.col("correct_start")
+            | F.col("correct_chg") | F.col("parent_chg") | F.col("desc_chg"))
+    return x.where(keep).drop("p_t", "p_parent", "p_desc", "p_epoch", "n_epoch")
 
 
-def node_epochs(S):
-    """One row per (node, epoch) the node has rows in."""
-    key = F.struct("t", "seq")
+def node_epochs(f):
+    """One row per (node, epoch) the node has rows in (f = flags(S)):
+    numeric aggregates only (a hash aggregate). The node's final state in
+    the epoch is in finals()."""
     one = lambda c: F.sum(F.when(c, 1).otherwise(0))  # noqa: E731
-    return _flags(S).groupBy("node", "epoch").agg(
-        F.count("*").alias("rows"),
-        one(~F.col("boundary")).alias("own_rows"),
+    return f.groupBy("node", "epoch").agg(
+        (F.max("rn") - F.min("rn") + 1).alias("rows"),
+        (F.max("own_cum") - F.min(F.col("own_cum") - F.col("own"))).alias("own_rows"),
         F.min("t").alias("first_t"),
         F.max("t").alias("last_t"),
         F.max(F.when(F.col("value_start"), F.col("t"))).alias("last_value_start"),
         F.max(F.when(F.col("correct_start"), F.col("t"))).alias("last_correct_start"),
-        F.max_by(F.struct(*[F.col(c) for c in CARRIED], "correct", "comp", "expected_desc"), key).alias("final"),
         one(F.col("parent_chg")).alias("parent_changes"),
         one(F.col("value_chg")).alias("root_changes"),
         one(F.col("desc_chg")).alias("desc_changes"))
 
 
-def bucket_deltas(S, t_start, bucket):
+def finals(f):
+    """The last row of each (node, epoch): the node's state at the end of it."""
+    return f.where(F.col("last_in_epoch")).select(
+        "node", "epoch", F.struct(*[F.col(c) for c in CARRIED], "correct", "comp", "expected_desc").alias("final"))
+
+
+def bucket_deltas(f, t_start, bucket):
     """Per (bucket, value): the change of the number of nodes whose latest
     tree value is `value` (dn), and on value-null rows the change of the
     number of correct nodes (dc) and of nodes that have reported (dr)."""
-    f = _flags(S)
     c = F.col("correct").cast("int")
     pc = F.coalesce(F.col("p_correct").cast("int"), F.lit(0))
-    f = f.filter(F.col("first") | F.col("value_chg") | (c != pc))
+    f = f.filter(F.col("first") | F.col("value_chg") | F.col("correct_chg"))
     ev = F.struct(F.lit(None).cast("string").alias("v"), F.lit(0).alias("dn"), (c - pc).alias("dc"),
                   F.col("first").cast("int").alias("dr"))
     plus = F.struct(F.col("value").alias("v"), F.lit(1).alias("dn"), F.lit(0).alias("dc"), F.lit(0).alias("dr"))
@@ -184,7 +214,7 @@ def down_nodes(epoch, scope_rows, nodes):
     return out
 
 
-def scopes(ne_rows, epochs, t_start):
+def scopes(ne_rows, final_rows, epochs, t_start):
     """From node_epochs rows (dicts) to {scope: {node: row}} with scope -1
     the whole run and scope e the rows of epoch e (its boundary row
     included); each row has rows, own_rows, first_t, last_t, final,
@@ -192,6 +222,8 @@ def scopes(ne_rows, epochs, t_start):
     per_node = {}
     for r in ne_rows:
         per_node.setdefault(r["node"], {})[r["epoch"]] = r
+    for r in final_rows:
+        per_node[r["node"]][r["epoch"]]["final"] = r["final"]
     out = {-1: {}}
     for n, eps in per_node.items():
         cum_v = cum_c = None

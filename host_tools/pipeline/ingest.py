@@ -17,13 +17,19 @@ IGNORED_KINDS = ("console_noise", "console_reply")
 
 
 def source_col():
-    """The input file as a path: Spark names local files `file:///a/b`
-    (percent-encoded); a local path reads better in rejects and errors."""
-    f = F.input_file_name()
+    """The input file as Spark names it (`file:///a/b%20c.jsonl` for local
+    files); local_path() turns it into a path where one is shown."""
+    return F.input_file_name().alias("source")
+
+
+def local_path(col):
+    """A Spark file URI column as a local path (used on the few rejected
+    lines only; the driver uses inputs.source_path)."""
+    f = F.col(col)
     local = F.when(f.startswith("file:///"), F.substring(f, 8, 1 << 20)) \
              .when(f.startswith("file:/"), F.substring(f, 6, 1 << 20))
     decoded = F.when(local.contains("%"), F.try_url_decode(local)).otherwise(local)
-    return F.coalesce(decoded, f).alias("source")
+    return F.coalesce(decoded, f)
 
 
 def read_lines(spark, paths, console=()):
@@ -51,7 +57,8 @@ def read_lines(spark, paths, console=()):
     df = parts[0]
     for p in parts[1:]:
         df = df.unionByName(p)
-    df = df.filter(F.length(F.trim(F.col("value"))) > 0)
+    v = F.col("value")
+    df = df.filter(v.startswith("{") | (F.length(F.trim(v)) > 0))   # blank lines are skipped
     return df.select("source", F.monotonically_increasing_id().alias("seq"), "value", "ignore")
 
 

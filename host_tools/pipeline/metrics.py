@@ -94,116 +94,137 @@ def probe_series(pr, t_start, bucket):
 
 
 # -- per-node activity -------------------------------------------------------------
+# Aggregates here keep numeric buffers only, so Spark runs them as hash
+# aggregates; "the latest X of a node" is found by grouping on X and taking
+# its latest time (driver picks), never by a struct-ordered max_by (that
+# forces a sort of every record).
 
 def node_activity(valid):
     """valid: every valid record but `topology` ones."""
     ev = F.col("event")
-    key = F.struct("t", "seq")
     return valid.groupBy("node").agg(
         F.count("*").alias("records"),
         F.min("t").alias("first_t"),
         F.max("t").alias("last_t"),
         F.sum(F.when(F.col("kind") == "state", 1).otherwise(0)).alias("state_records"),
         F.sum(F.when(ev == "sanity_fail", 1).otherwise(0)).alias("sanity_fail"),
-        F.max_by("port", F.when(F.col("port").isNotNull(), key)).alias("port"),
-        F.max_by("peer_list", F.when(F.col("kind") == "peers", key)).alias("peer_list"))
+        F.max(F.when(F.col("kind") == "peers", F.col("t"))).alias("peers_t"))
+
+
+def node_ports(valid):
+    """(node, port, t): when each node last came through each console port."""
+    return (valid.where(F.col("port").isNotNull()).groupBy("node", "port")
+            .agg(F.max("t").alias("t")))
+
+
+def last_links(peers, last):
+    """Link types in each node's last `peers` record: (node, link, n).
+    last: (node, peers_t) from node_activity (small)."""
+    x = peers.join(F.broadcast(last), (peers["node"] == last["n"]) & (peers["t"] == last["peers_t"]))
+    return (x.select("node", F.explode("peer_list").alias("p"))
+            .groupBy("node", F.col("p.link").alias("link")).count())
 
 
 # -- counters ------------------------------------------------------------------------
 
-def counters_long(c, t_start, bucket):
-    """Counters records (wide) -> one row per (record, metric, key) with
-    `inc` (the increase since the node's previous report; a restart counts
-    from zero) and the gauge fields. A report in which any cumulative counter
-    is lower than in the node's previous report starts a new generation
-    (the node restarted): every counter in it counts in full."""
-    c = c.select("node", "t", "seq", *CUMULATIVE_MAPS, *CUMULATIVE_SCALARS, "occupancy", "mem_free",
-                 "capacity",
-                 F.transform_values("capacity", lambda k, v: v[2]).alias(REFUSED))
-    maps = CUMULATIVE_MAPS + (REFUSED,)
+def counters_long(c, t_start, bucket, window_start=None):
+    """Counters records (wide) -> one row per (record, metric, key): `value`,
+    `cap` (capacity of the gauges that have one) and `inc`, the increase
+    since the node's previous report of that counter (null for gauges).
+
+    Restarts: a report in which some cumulative counter is lower than in the
+    node's previous report (`reset`) is a restart, and every counter in it
+    counts in full; so does a key the previous report did not have.
+
+    Plan: the wide records are shuffled once, by node, and one window over
+    them (ordered by t, seq) puts the previous report's maps beside each
+    report; the restart test runs on the maps, then one generator emits a
+    row per map entry with its previous value looked up by key. One sort of
+    the records (not of their entries); the only per-row lambdas are the
+    restart tests on maps of a few keys."""
     w = Window.partitionBy("node").orderBy("t", "seq")
-    for m in maps + CUMULATIVE_SCALARS:
+    maps = CUMULATIVE_MAPS
+    scal = CUMULATIVE_SCALARS
+    c = c.select("node", "t", "seq", *maps, *[F.create_map(F.lit(""), F.col(x)).alias(x) for x in scal],
+                 F.create_map(F.lit(""), F.col("mem_free")).alias("mem_free"), "occupancy", "capacity")
+    c = c.repartition("node")
+    cols = list(maps) + list(scal) + ["capacity"]
+    for m in cols:
         c = c.withColumn("p_" + m, F.lag(m).over(w))
-    def lower_than_before(cur, prev):
-        return lambda k: F.coalesce(cur[k] < prev[k], F.lit(False))
 
-    def entry(m, cur):
-        return lambda e: F.struct(F.lit(m).alias("metric"), e["key"].alias("key"), e["value"].alias("inc"),
-                                  cur[e["key"]].alias("value"), F.lit(None).cast("long").alias("cap"))
-
-    downs = []
-    for m in maps:
+    def lower(m, idx=None):
         cur, prev = F.col(m), F.col("p_" + m)
-        downs.append(F.exists(F.map_keys(cur), lower_than_before(cur, prev)))
-    for s in CUMULATIVE_SCALARS:
-        downs.append(F.col(s) < F.col("p_" + s))
-    reset = F.lit(False)
-    for d in downs:
-        reset = reset | F.coalesce(d, F.lit(False))
-    c = c.withColumn("reset", reset)
-    c = c.withColumn("gen", F.sum(F.col("reset").cast("int")).over(
-        w.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
-    nul = F.lit(None).cast("long")
-    entries = []
-    for m in maps:
-        cur, prev = F.col(m), F.col("p_" + m)
-        inc = F.when(F.col("reset") | prev.isNull(), cur).otherwise(
-            F.map_filter(F.map_zip_with(cur, prev, lambda k, a, b: a - F.coalesce(b, F.lit(0))),
-                         lambda k, v: v.isNotNull()))
-        entries.append(F.coalesce(F.transform(F.map_entries(inc), entry(m, cur)), F.array()))
-    for s in CUMULATIVE_SCALARS:
-        cur, prev = F.col(s), F.col("p_" + s)
-        inc = F.when(F.col("reset") | prev.isNull(), cur).otherwise(cur - prev)
-        entries.append(F.when(cur.isNotNull(), F.array(F.struct(
-            F.lit(s).alias("metric"), F.lit("").alias("key"), inc.alias("inc"), cur.alias("value"),
-            nul.alias("cap")))).otherwise(F.array()))
-    entries.append(F.coalesce(F.transform(F.map_entries("occupancy"), lambda e: F.struct(
-        F.lit("occupancy").alias("metric"), e["key"].alias("key"), nul.alias("inc"),
-        e["value"][0].alias("value"), e["value"][1].alias("cap"))), F.array()))
-    entries.append(F.coalesce(F.transform(F.map_entries("capacity"), lambda e: F.struct(
-        F.lit("capacity").alias("metric"), e["key"].alias("key"), nul.alias("inc"),
-        e["value"][0].alias("value"), e["value"][1].alias("cap"))), F.array()))
-    entries.append(F.when(F.col("mem_free").isNotNull(), F.array(F.struct(
-        F.lit("mem_free").alias("metric"), F.lit("").alias("key"), nul.alias("inc"),
-        F.col("mem_free").alias("value"), nul.alias("cap")))).otherwise(F.array()))
-    return c.select("node", "t", "seq", "gen", bucket_of(t_start, bucket).alias("bucket"),
-                    F.explode(F.concat(*entries)).alias("e")).select(
-        "node", "t", "seq", "gen", "bucket", "e.*").filter(F.col("value").isNotNull())
+        if idx is None:
+            fn = lambda k: F.coalesce(cur[k] < prev[k], F.lit(False))  # noqa: E731
+        else:
+            fn = lambda k: F.coalesce(cur[k][idx] < prev[k][idx], F.lit(False))  # noqa: E731
+        return F.coalesce(F.exists(F.map_keys(cur), fn), F.lit(False))
+
+    reset = lower("capacity", 2)
+    for m in list(maps) + list(scal):
+        reset = reset | lower(m)
+    c = c.withColumn("reset", reset).withColumn("last_report", F.lead("t").over(w).isNull())
+    if window_start is not None:
+        c = c.withColumn("t_a", F.min(F.when((F.col("t") >= F.lit(window_start)) & F.col("tx_bytes").isNotNull(),
+                                             F.col("t"))).over(Window.partitionBy("node")))
+    else:
+        c = c.withColumn("t_a", F.lit(None).cast("double"))
+    lm, am = "map<string,bigint>", "map<string,array<bigint>>"
+
+    def entry(metric, m, pm, a, pa, idx, cum):
+        return ("'%s'" % metric, m or "CAST(NULL AS %s)" % lm, pm or "CAST(NULL AS %s)" % lm,
+                a or "CAST(NULL AS %s)" % am, pa or "CAST(NULL AS %s)" % am, str(idx), "true" if cum else "false")
+
+    rows = [entry(m, m, "p_" + m, None, None, 0, True) for m in cols if m != "capacity"]
+    rows.append(entry("mem_free", "mem_free", None, None, None, 0, False))
+    rows.append(entry("occupancy", None, None, "occupancy", None, 1, False))
+    rows.append(entry("capacity", None, None, "capacity", None, 1, False))
+    rows.append(entry(REFUSED, None, None, "capacity", "p_capacity", 3, True))
+    stack = "stack(%d, %s) AS (metric, m, pm, a, pa, idx, cum)" % (len(rows), ", ".join(", ".join(r) for r in rows))
+    x = c.select("node", "t", "seq", "reset", "last_report", "t_a", F.expr(stack))
+    x = x.select("*", F.explode(F.coalesce(F.map_keys("m"), F.map_keys("a"))).alias("key"))
+    key = F.col("key")
+    value = F.coalesce(F.element_at("m", key), F.element_at(F.element_at("a", key), F.col("idx")))
+    prev = F.coalesce(F.element_at("pm", key), F.element_at(F.element_at("pa", key), F.col("idx")))
+    cap = F.when(F.col("a").isNotNull() & (F.col("idx") == 1), F.element_at(F.element_at("a", key), 2))
+    x = x.select("node", "t", "seq", "reset", "last_report", "t_a", "metric", "key", "cum",
+                 value.alias("value"), prev.alias("prev"), cap.alias("cap"))
+    x = x.where(F.col("value").isNotNull())
+    inc = (F.when(~F.col("cum"), F.lit(None).cast("long"))
+           .when(F.col("reset") | F.col("prev").isNull(), F.col("value"))
+           .otherwise(F.col("value") - F.col("prev")))
+    return x.select("node", "t", "seq", "reset", "last_report", "t_a",
+                    bucket_of(t_start, bucket).alias("bucket"), "metric", "key", "value", "cap", inc.alias("inc"))
 
 
-def counters_per_node(cl):
-    """One row per (node, metric, key): total increase, min/max/last value,
-    capacity, generations seen."""
-    key = F.struct("t", "seq")
+SERIES_METRICS = ("drops", "evictions", "tx_bytes", "occupancy", "capacity")
+
+
+def counters_agg(cl):
+    """Everything the summary needs from the counters, as ONE aggregation
+    (two grouping sets, so the counters are read and windowed once):
+
+    * per (node, metric, key) (`bucket` null): total increase, min/max
+      value, largest capacity and used/capacity, the value and capacity in
+      the node's last report, restart reports, and the steady-state bytes:
+      the increases after t_a (the node's first report in the window) and
+      t_a, t_b (first and last report in the window);
+    * per (bucket, metric, key) (`node` null) for SERIES_METRICS: the sum of
+      increases and the largest used/capacity."""
     ratio = F.when(F.col("cap") > 0, F.col("value") / F.col("cap"))
-    return cl.groupBy("node", "metric", "key").agg(
+    in_window = F.col("t_a").isNotNull() & (F.col("t") >= F.col("t_a"))
+    g = cl.groupingSets([["node", "metric", "key"], ["bucket", "metric", "key"]], "node", "bucket", "metric", "key")
+    out = g.agg(
         F.sum("inc").alias("total"),
         F.max("value").alias("max"),
         F.min("value").alias("min"),
-        F.max_by("value", key).alias("last"),
         F.max("cap").alias("capacity"),
-        F.max_by("cap", key).alias("last_capacity"),
         F.max(ratio).alias("max_ratio"),
-        F.max("gen").alias("gens"))
-
-
-def counters_series(cl):
-    """Per (bucket, metric, key): the sum of increases (drops, evictions,
-    bytes sent) and the largest used/capacity (occupancy, capacity)."""
-    ratio = F.when(F.col("cap") > 0, F.col("value") / F.col("cap"))
-    return (cl.filter(F.col("metric").isin("drops", "evictions", "tx_bytes", "occupancy", "capacity"))
-            .groupBy("bucket", "metric", "key")
-            .agg(F.sum("inc").alias("inc"), F.max(ratio).alias("max_ratio")))
-
-
-def steady_bytes(cl, window_start):
-    """Bytes sent per node and frame type over the steady-state window: from
-    the node's first `counters` report at or after `window_start` (t_a) to
-    its last one (t_b), the increases of `tx_bytes` reported after t_a.
-    Returns (node, key, bytes, t_a, t_b)."""
-    x = cl.filter((F.col("metric") == "tx_bytes") & (F.col("t") >= F.lit(window_start)))
-    per = Window.partitionBy("node")
-    x = x.withColumn("t_a", F.min("t").over(per)).withColumn("t_b", F.max("t").over(per))
-    return x.groupBy("node", "key").agg(
-        F.sum(F.when(F.col("t") > F.col("t_a"), F.col("inc")).otherwise(0)).alias("bytes"),
-        F.first("t_a").alias("t_a"), F.first("t_b").alias("t_b"))
+        F.max(F.when(F.col("last_report"), F.col("value"))).alias("last"),
+        F.max(F.when(F.col("last_report"), F.col("cap"))).alias("last_capacity"),
+        F.sum(F.col("reset").cast("int")).alias("restarts"),
+        F.sum(F.when(in_window & (F.col("t") > F.col("t_a")), F.col("inc"))).alias("steady"),
+        F.min("t_a").alias("t_a"),
+        F.max(F.when(in_window, F.col("t"))).alias("t_b"),
+        F.grouping_id().alias("gid"))
+    return out.where(F.col("node").isNotNull() | F.col("metric").isin(*SERIES_METRICS))

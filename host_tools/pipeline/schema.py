@@ -97,11 +97,18 @@ def parse_lines(lines):
     # that is already known to be bad, so it is computed for those only.
     suspicious = (r[CORRUPT].isNotNull() | r["v"].isNull() | (r["v"] != SCHEMA_VERSION)
                   | kind.isNull() | ~kind.isin(*KINDS))
-    df = df.withColumn("m", F.when(suspicious, F.from_json("value", RAW_SCHEMA)))
+    # The other JSON parses (the raw map, a peers record's list) in a
+    # projection of their own: from_json has no generated code, and a
+    # projection holding one runs interpreted. Everything below (the rules,
+    # the typed columns) is then one projection with generated code.
+    df = df.select("source", "seq", "value", "ignore", "r",
+                   F.when(suspicious, F.from_json("value", RAW_SCHEMA)).alias("m"),
+                   F.when(kind == "peers", F.from_json(r["peers"], PEER_LIST_SCHEMA)).alias("peer_list"))
     m = F.col("m")
 
     def is_key(col):
-        return F.lower(col).rlike(KEY_RE)
+        # 64 hex digits, either case: cheaper than a regex on every key
+        return (F.octet_length(col) == 64) & F.unhex(col).isNotNull()
 
     def first(*whens):
         return F.coalesce(*whens) if len(whens) > 1 else whens[0]
@@ -154,25 +161,29 @@ def parse_lines(lines):
             per_kind = (F.when(cond, first(*by_kind[k])) if per_kind is None
                         else per_kind.when(cond, first(*by_kind[k])))
     reason = (F.when(F.col("ignore").isNotNull(), F.col("ignore"))
-              .when(~F.ltrim(F.col("value")).startswith("{"), F.lit("not_json"))
+              .when(~F.col("value").startswith("{") & ~F.ltrim(F.col("value")).startswith("{"), F.lit("not_json"))
               .when(suspicious, first(*bad))
               .otherwise(F.coalesce(first(*common), per_kind)))
 
     typed = [r[name].alias(name) for name, _t in TYPED_FIELDS if name != "peers"]
     df = df.select(
         "source", "seq", "value", "ignore", "r", "m", *typed,
-        F.when(kind == "state", r["peers"].try_cast(_L)).alias("peers_n"),
-        F.when(kind == "peers", F.from_json(r["peers"], PEER_LIST_SCHEMA)).alias("peer_list"),
-    )
+        F.when(kind == "state", r["peers"].try_cast(_L)).alias("peers_n"), "peer_list")
     df = df.withColumn("reason", reason)
     keep = [name for name, _t in TYPED_FIELDS if name != "peers"]
-    out = df.select(
+    # Keys in lower case (the format check above takes either case), in the
+    # same projection: every extra select copies the whole wide row again.
+    # A probe's `path` is kept as sent (a per-element lower() is a per-row
+    # lambda and costs more than the rest of the validation).
+    lowered = ("node", "root", "parent", "desc", "src", "dst")
+
+    def out_col(n):
+        if n in lowered:
+            return F.lower(F.col(n)).alias(n)
+        return F.col(n)
+
+    return df.select(
         "source", "seq", "reason",
         F.when(F.col("reason").isNotNull(), F.col("value")).alias("raw"),
-        *[F.col(n) for n in keep], "peers_n", "peer_list")
-    # Normalise keys to lower case (the format check above is case-insensitive).
-    for name in ("node", "root", "parent", "desc", "src", "dst"):
-        out = out.withColumn(name, F.lower(F.col(name)))
-    out = out.withColumn("path", F.transform("path", lambda x: F.lower(x)))
-    return out
+        *[out_col(n) for n in keep], "peers_n", "peer_list")
 
