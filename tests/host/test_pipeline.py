@@ -684,3 +684,43 @@ def test_d_nodes_json_for_the_dashboard(scen_d):
     assert warned == set((w["node"], w["table"]) for w in s["capacity_warnings"])
     flagged = [r["node"] for r in rows if "flapping_parent" in r["anomalies"]]
     assert flagged == [truth["flap_parent_node"]]
+
+
+# -- fleet days: a folder of daily files (glob input), output partitioned by day ---------
+
+def test_fleet_days_daily_files_in_day_partitions(spark, tmp_path):
+    """Three days of telemetry from the same boards (host clock, as `monitor`
+    writes it), one file per day in a folder per day, named by a glob: every
+    record lands once in its day's partition of telemetry/ and probes/, and
+    the summary covers the three days."""
+    g = ts.load_topology(os.path.join(TOPO, "sim.txt"))
+    recs, _truth = ts.generate(g, 5, ts.Scenario(duration=20.0, peers_interval=5.0))
+    day0 = 1763856000.0    # 2025-11-23 00:00 UTC
+    days = ["2025-11-23", "2025-11-24", "2025-11-25"]
+    for i, day in enumerate(days):
+        shifted = [dict(r, t=r["t"] + day0 + i * 86400.0 + 3600.0 * (i + 1)) for r in recs]
+        os.makedirs(str(tmp_path / "fleet" / day))
+        ts.write_jsonl(str(tmp_path / "fleet" / day / "telemetry.jsonl"), shifted)
+    # a file of another day that the glob does not name is not read
+    os.makedirs(str(tmp_path / "fleet" / "notes"))
+    ts.write_jsonl(str(tmp_path / "fleet" / "notes" / "other.jsonl"), recs[:10])
+    out = str(tmp_path / "out")
+    s = run_analyze(spark, [str(tmp_path / "fleet" / "2025-*" / "telemetry.jsonl")], out)
+    assert s["input_files"] == 3 and s["records"] == 3 * len(recs)
+    assert approx(s["t_start"], min(r["t"] for r in recs) + day0 + 3600.0)
+    assert approx(s["t_end"], max(r["t"] for r in recs) + day0 + 2 * 86400.0 + 3 * 3600.0)
+    tele_days = sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, "telemetry", "day=*")))
+    assert tele_days == ["day=" + d for d in days]
+    probe_days = sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, "probes", "day=*")))
+    assert probe_days == ["day=" + d for d in days]
+    tele = pd.read_parquet(os.path.join(out, "telemetry"))
+    kinds = sorted(set(r["kind"] for r in recs))
+    for day in days:
+        t_day = tele[tele["day"].astype(str) == day]
+        assert len(t_day) == len(recs), day
+        for k in kinds:
+            assert (t_day["kind"].astype(str) == k).sum() == sum(1 for r in recs if r["kind"] == k), (day, k)
+    n_probes = sum(1 for r in recs if r["kind"] == "probe")
+    pr = pd.read_parquet(os.path.join(out, "probes"))
+    assert len(pr) == 3 * n_probes
+    assert sorted(pr["day"].astype(str).unique()) == days
