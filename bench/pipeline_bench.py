@@ -3,6 +3,13 @@ mode, against a single-machine pandas baseline computing the same headline
 figures with the same rules.
 
     .venv/bin/python bench/pipeline_bench.py [--records N] [--nodes N] [--keep DIR] [--json]
+    .venv/bin/python bench/pipeline_bench.py --records 1000000 --days 10 --no-baseline
+
+--days N writes the generated day N times, one folder per day
+(YYYY-MM-DD/telemetry-K.jsonl, the clock shifted a day each time: the same
+boards over N days) and analyzes the folder: N x --records records, the
+fleet-days case. The peak RSS of analyze's process tree (Python driver + the
+JVM) is sampled every 0.2 s and reported with the time.
 
 The telemetry is synthetic (tests/host/telemetry_synth.py) with a realistic
 mix: state reports every second and on every change, counters every 5 s,
@@ -70,6 +77,81 @@ def make_input(dirname, records, nodes, seed=11, files=4):
     size = sum(os.path.getsize(os.path.join(dirname, x)) for x in os.listdir(dirname))
     return {"nodes": n, "duration_s": round(duration, 1), "lines": len(recs) + len(bad),
             "bytes": size, "generate_s": round(time.time() - t0, 1)}
+
+
+def spread_days(dirname, days):
+    """Turn the generated files into `days` daily folders: day i is the
+    same telemetry with every record's `t` one day later per day (a
+    malformed line is copied as it is). Returns the folder names."""
+    import datetime
+    files = sorted(x for x in os.listdir(dirname) if x.endswith(".jsonl"))
+    t_re = re.compile(r'"t":(-?[0-9.eE+-]+)')
+    names = []
+    for i in range(days):
+        day = (datetime.date(1970, 1, 1) + datetime.timedelta(days=i)).isoformat()
+        names.append(day)
+        os.makedirs(os.path.join(dirname, day))
+        for name in files:
+            src = os.path.join(dirname, name)
+            dst = os.path.join(dirname, day, name)
+            if i == 0:
+                continue
+            shift = 86400.0 * i
+            sub = lambda m: '"t":%r' % (float(m.group(1)) + shift)  # noqa: E731
+            with open(src) as fi, open(dst, "w") as fo:
+                for line in fi:
+                    fo.write(t_re.sub(sub, line, count=1))
+    for name in files:
+        os.rename(os.path.join(dirname, name), os.path.join(dirname, names[0], name))
+    return names
+
+
+class TreeRss(object):
+    """Peak resident memory of a process and its descendants (sampled from
+    /proc every `every` s): the sum over the tree, and the largest process."""
+    def __init__(self, pid, every=0.2):
+        import threading
+        self.pid, self.every = pid, every
+        self.peak_sum = self.peak_one = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _tree(self):
+        parent = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open("/proc/%s/stat" % d) as f:
+                        parent[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    pass
+        out, todo = [], [self.pid]
+        while todo:
+            p = todo.pop()
+            out.append(p)
+            todo.extend(c for c, pp in parent.items() if pp == p)
+        return out
+
+    def _run(self):
+        page = os.sysconf("SC_PAGE_SIZE")
+        while not self._stop.is_set():
+            total = 0
+            for p in self._tree():
+                try:
+                    with open("/proc/%d/statm" % p) as f:
+                        rss = int(f.read().split()[1]) * page
+                except (OSError, ValueError, IndexError):
+                    continue
+                total += rss
+                self.peak_one = max(self.peak_one, rss)
+            self.peak_sum = max(self.peak_sum, total)
+            self._stop.wait(self.every)
+
+    def stop(self):
+        self._stop.set()
+        self._t.join()
+        return self
 
 
 # -- pandas baseline -----------------------------------------------------------------
@@ -279,7 +361,11 @@ def main():
     ap.add_argument("--nodes", type=int, default=500)
     ap.add_argument("--keep", metavar="DIR", help="keep input and output here")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--days", type=int, default=1, help="analyze N daily copies of the input (N x --records)")
+    ap.add_argument("--no-baseline", action="store_true", help="time analyze only (no pandas baseline)")
     a = ap.parse_args()
+    if a.days > 1:
+        a.no_baseline = True    # the baseline holds every record in memory: one day only
     work = a.keep or tempfile.mkdtemp(prefix="snakemesh-bench-")
     inp = os.path.join(work, "input")
     out = os.path.join(work, "out")
@@ -290,17 +376,36 @@ def main():
         gen = make_input(inp, a.records, a.nodes)
         print("input: %(lines)d lines, %(nodes)d nodes, %(duration_s).0f s of telemetry, "
               "%(bytes)d bytes (generated in %(generate_s).1f s)" % gen, file=sys.stderr)
+        if a.days > 1:
+            t1 = time.time()
+            gen["days"] = spread_days(inp, a.days)
+            gen["lines"] *= a.days
+            gen["bytes"] *= a.days
+            print("spread over %d daily folders: %d lines, %d bytes (%.1f s)"
+                  % (a.days, gen["lines"], gen["bytes"], time.time() - t1), file=sys.stderr)
         cmd = [os.path.join(os.path.dirname(sys.executable), "snakemesh"), "analyze", inp, "--out", out, "-q"]
         if not os.path.exists(cmd[0]):
             cmd = [sys.executable, "-m", "host_tools.cli"] + cmd[1:]
+        load = os.getloadavg()
         t0 = time.time()
-        res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        rss = TreeRss(proc.pid)
+        o, e = proc.communicate()
         spark_wall = time.time() - t0
-        if res.returncode != 0:
-            print(res.stdout + res.stderr, file=sys.stderr)
+        rss.stop()
+        if proc.returncode != 0:
+            print(o + e, file=sys.stderr)
             return 1
         with open(os.path.join(out, "summary.json")) as f:
             s = json.load(f)
+        mem = {"peak_rss_tree_mb": round(rss.peak_sum / 1e6), "peak_rss_process_mb": round(rss.peak_one / 1e6)}
+        if a.no_baseline:
+            result = {"input": gen, "records": s.get("records"), "spark_wall_s": round(spark_wall, 1),
+                      "spark_inside_s": s.get("wall_time_s"), "spark_stages_s": s.get("timings_s"),
+                      "jvm_cpu_s": s.get("jvm_cpu_s"), "load_before": [round(x, 2) for x in load],
+                      "load_after": [round(x, 2) for x in os.getloadavg()], **mem}
+            print(json.dumps(result, indent=2))
+            return 0
         files = sorted(os.path.join(inp, x) for x in os.listdir(inp))
         base, base_wall = baseline(files)
         rows = []
@@ -312,7 +417,9 @@ def main():
             rows.append((k, sv, bv, same))
         result = {"input": gen, "spark_wall_s": round(spark_wall, 1),
                   "spark_inside_s": s.get("wall_time_s"), "spark_stages_s": s.get("timings_s"),
-                  "pandas_wall_s": round(base_wall, 1), "figures_match": ok,
+                  "jvm_cpu_s": s.get("jvm_cpu_s"), "pandas_wall_s": round(base_wall, 1), "figures_match": ok,
+                  "load_before": [round(x, 2) for x in load], "load_after": [round(x, 2) for x in os.getloadavg()],
+                  **mem,
                   "spark": dict((k, s.get(k)) for k in HEADLINE), "pandas": base}
         if a.json:
             print(json.dumps(result, indent=2))
@@ -323,6 +430,9 @@ def main():
             print("analyze (local[2], CLI end to end incl. JVM start): %.1f s; inside analyze: %s s; stages %s"
                   % (spark_wall, s.get("wall_time_s"), s.get("timings_s")))
             print("pandas baseline (single process, same rules): %.1f s" % base_wall)
+            print("analyze peak RSS: %(peak_rss_tree_mb)d MB (process tree), %(peak_rss_process_mb)d MB "
+                  "(largest process); load average before %(load_before)s, after %(load_after)s"
+                  % dict(mem, load_before=result["load_before"], load_after=result["load_after"]))
         return 0 if ok else 2
     finally:
         if not a.keep:
