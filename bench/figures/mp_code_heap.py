@@ -18,9 +18,11 @@ import gc
 import json
 import sys
 
-# leaves first, so each increment is mostly the module's own
+# leaves first, so each increment is mostly the module's own. Not here: what
+# a running node has dropped again (snake.boot, config, profile) or loads only
+# for a console command (snake.cmds, probing): README "Memory"
 MODULES = ["asyncio", "snake.platform", "sha512", "ed25519", "snake.crypto", "snake.wire",
-           "snake.tables", "snake.telemetry", "snake.profile", "snake.tree", "snake.snek",
+           "snake.tables", "snake.telemetry", "snake.tree", "snake.snek",
            "snake.router", "snake.link", "snake.stream", "snake.probe", "snake.console",
            "snake.wifi", "snake.ble", "snake.node"]
 

@@ -67,14 +67,20 @@ async def start(args):
     from snake.console import Console
     if profile.wifi:
         from snake import wifi
-    if profile.ble or getattr(cfg, "ble_medium", None):
-        platform.try_import("bluetooth")
+    radio = profile.ble or getattr(cfg, "ble_medium", None)
+    if radio:
         try:
             from snake import ble   # noqa: F401
         except ImportError:
             pass
     if meter is not None:
         meter.mark("code")
+    if radio:
+        platform.try_import("bluetooth")
+        if meter is not None:
+            # a board's `bluetooth` is a C module; the host's emulation of it
+            # (host_tools/blemu) is Python, counted apart from the firmware
+            meter.mark("radio_emulation" if "_blemu_proto" in sys.modules else "code")
     console = Console(None, boot_error=None)
     node = None
     if seed is None:

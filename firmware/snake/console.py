@@ -21,8 +21,9 @@
 #   mem                  {heap, used, free, largest_free, links, parts: {part:
 #                        bytes}} heap after gc.collect(); parts = what each
 #                        part took at boot (code, crypto, router, tx_pool,
-#                        node, wifi, ble, console) + links_and_runtime (all
-#                        allocated since: links, tasks, queues). README "Memory"
+#                        node, wifi, ble, console; radio_emulation on the
+#                        host) + links_and_runtime (all allocated since:
+#                        links, tasks, queues). README "Memory"
 #   ping KEY [COUNT]     {dst, sent, received, rtts_ms}     (asynchronous)
 #   trace KEY            {dst, ok, reached, hops: [{key, rtt_ms}]} (asynchronous;
 #                        ok = destination reached)
