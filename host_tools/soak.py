@@ -31,7 +31,11 @@ TOPOLOGY = os.path.join(REPO_ROOT, "host_tools", "topologies", "demo-mixed.txt")
 
 
 WARMUP_S = 120     # tables filling, caches warming: also after a restart
-MIN_POINTS = 4     # samples (15 s apart) a trend is judged on
+# samples (15 s apart) a trend is judged on: 2 minutes. Over fewer, a ~1 KB
+# dip lasting two samples (a link in its handshake after a neighbour
+# restarted) reads as a loss of > 1 KB/min (a 4-sample window did, soak of
+# 2026-11-23); over 8 it reads ~300 B/min, and a 1.2 KB/min leak still shows.
+MIN_POINTS = 8
 
 
 def envelope(points):

@@ -24,3 +24,19 @@ def test_a_restart_starts_a_new_window_after_its_warm_up():
     # restarted too late to judge the new process: only the first one counts
     assert len(soak.trend_windows(pts, [540.0])) == 1
     assert soak.trend_windows(pts[:8]) == []
+
+
+def test_a_dip_of_two_samples_is_no_leak_a_leak_over_two_minutes_is():
+    # soak of 2026-11-23: node delta's process lived 180 s, 4 samples after
+    # its warm-up, the last two ~900 B low (a link's handshake after a
+    # neighbour restarted): judged then as -1,047 B/min. Too short to judge.
+    short = [(185.9, 46976), (201.4, 47008), (216.7, 46112), (232.1, 46112)]
+    assert soak.trend_windows(short, [63.1]) == []
+    # two minutes of samples with the same dip at the end: no leak
+    dip = [(120.0 + i * 15.0, 47000 - (900 if i >= 6 else 0)) for i in range(8)]
+    (s,) = judged(dip)
+    assert -1024 < s <= 0
+    # a 1.2 KB/min leak over two minutes is caught
+    leak = [(120.0 + i * 15.0, 47000 - 300 * i) for i in range(8)]
+    (s,) = judged(leak)
+    assert s < -1024
