@@ -45,10 +45,13 @@ CASES = {
 }
 
 
-# The stock path's target is not met (README "Memory": as .mpy the code
-# alone is ~125 KB; measured ~12 % free at 200K). The case runs and asserts
-# the full target; strict: once it passes, this mark must go.
-OPEN = {"ESP32_GENERIC_S3": pytest.mark.xfail(strict=True, reason="issue 13: the .mpy path leaves ~12 % "
+# The stock path's target is not met (README "Memory"): as .mpy the code a
+# running node keeps loaded is ~111 KB even with the console commands, ping/
+# trace and the boot code out of the heap; measured 19.0 % free at 200K
+# (lowest sample, 60 s; a node used up to 159,968 B, 35 % allows 130,042 B).
+# The case runs and asserts the full target; strict: once it passes, this
+# mark must go.
+OPEN = {"ESP32_GENERIC_S3": pytest.mark.xfail(strict=True, reason="issue 13: the .mpy path leaves 19 % "
                                                                   "of 200K free, not 35 % (README Memory)")}
 
 
@@ -66,9 +69,9 @@ def test_node_fits_board_heap_with_full_tables(profile, tmp_path):
 # held to the 35 % (the coordinator's decision of issue 13/14: the larger
 # tables do not fit that budget); it must run the scenario at 110K, frozen,
 # every table full, without MemoryError, restart or no_memory drop, and keep
-# the free share README "Memory" states (measured 21.7-23.1 % lowest sample, 60 s):
+# the free share README "Memory" states (measured 23.1 % lowest sample, 60 s):
 # LARGE_MIN_FREE is that figure less ~2 KB of run-to-run noise.
-LARGE_MIN_FREE = 0.20
+LARGE_MIN_FREE = 0.21
 
 
 def test_large_mesh_profile_runs_at_110K_with_every_table_full(tmp_path):
