@@ -47,6 +47,84 @@ def spark_log_path():
     return os.path.join(tempfile.gettempdir(), "snakemesh-spark-%d.log" % os.getuid())
 
 
+def _cds_dir():
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "snakemesh")
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+class ClassArchive(object):
+    """Faster Spark start from the second run on: a class-data-sharing
+    archive of the classes a Spark run loads (parsed and verified once, then
+    mapped). The first run on a machine dumps it at its JVM's exit
+    (-XX:ArchiveClassesAtExit, to a name of its own, holding a lock file
+    with the JVM's pid); a run after that JVM is gone renames the dump into
+    place, and every later run maps it (-XX:SharedArchiveFile). Runs while
+    a dump is under way go without. A monitor capture's analysis: 16 instead
+    of 24-28 s on the shared 2-core machine. The archive is keyed by the
+    PySpark version and the java binary; a JVM that cannot use it (another
+    classpath or JVM) ignores it. SNAKEMESH_SPARK_CDS=0 turns this off."""
+
+    def __init__(self):
+        self.option = ""
+        self.lock = None
+        if os.environ.get("SNAKEMESH_SPARK_CDS", "1") == "0":
+            return
+        try:
+            self._setup()
+        except (OSError, KeyError, ImportError, ValueError):
+            self.option, self.lock = "", None
+
+    def _setup(self):
+        import hashlib
+        import shutil
+        import pyspark
+        java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") \
+            else shutil.which("java")
+        if not java:
+            return
+        java = os.path.realpath(java)
+        st = os.stat(java)
+        key = hashlib.sha1(("%s|%s|%d|%d" % (pyspark.__version__, java, st.st_size, int(st.st_mtime)))
+                           .encode()).hexdigest()[:12]
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        d = os.path.join(base, "snakemesh")
+        os.makedirs(d, exist_ok=True)
+        final = os.path.join(d, "spark-%s-%s.jsa" % (pyspark.__version__, key))
+        lock, tmp = final + ".lock", final + ".tmp"
+        if not os.path.exists(final) and os.path.exists(lock):
+            with open(lock) as f:
+                pid = int(f.read().strip() or 0)
+            if pid and _alive(pid):
+                return                      # a dump is under way
+            if os.path.exists(tmp) and os.path.getsize(tmp) > 0:
+                os.replace(tmp, final)
+            os.unlink(lock)
+        if os.path.exists(final):
+            self.option = "-XX:SharedArchiveFile=" + final
+            return
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        self.lock = lock
+        self.option = "-XX:ArchiveClassesAtExit=" + tmp
+
+    def started(self, jvm_pid):
+        """The JVM that dumps is running: the lock names it."""
+        if self.lock and jvm_pid:
+            with open(self.lock, "w") as f:
+                f.write(str(jvm_pid))
+
+
 def quiet_imports():
     """PySpark warns about pandas >= 3 on import; the pipeline does not use
     pandas inside Spark, so that warning is noise."""
@@ -96,6 +174,12 @@ def get_session(master=None, conf=None, app_name="snakemesh-analyze", quick_jit=
         "spark.sql.sources.partitionOverwriteMode": "static",
         "spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=file:" + _log4j_file(),
     }
+    archive = None
+    if not under_submit:   # we start the JVM ourselves
+        archive = ClassArchive()
+        if archive.option:
+            settings["spark.driver.extraJavaOptions"] += (" -Xshare:auto -Xlog:cds=off,cds+dynamic=off "
+                                                          + archive.option)
     eff_master = master or ("" if under_submit else DEFAULT_MASTER)
     if eff_master.startswith("local"):
         settings["spark.driver.memory"] = "2g"
@@ -109,6 +193,8 @@ def get_session(master=None, conf=None, app_name="snakemesh-analyze", quick_jit=
     # The JVM prints a start-up banner on stderr (e.g. "Using incubator
     # modules"); send the JVM's stderr to a log file so the CLI stays quiet.
     spark = _with_stderr_to(spark_log_path(), b.getOrCreate)
+    if archive is not None:
+        archive.started(jvm_pid(spark))
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
