@@ -94,6 +94,10 @@ def spark_errors():
 
 
 SMALL_INPUT = 64 << 20
+# Up to this many (topology, source, destination) distances, the probes
+# join them by broadcast; beyond it (a big mesh with many topologies) by a
+# shuffle, which needs no room for the whole table on the driver.
+BROADCAST_DIST_ROWS = 1500000
 # Below this input size a local JVM runs only its quick C1 compiler: the
 # optimising C2 compiler costs more CPU compiling Spark's code than it saves
 # in a run this short (1M records: 92 vs 117 CPU-seconds in one JVM).
@@ -238,18 +242,25 @@ def _run(spark, res, info, out, topology_file, opts, say):
     paths = res.files + res.remote
     timings = {}
     cpu = {}
+    jobs = {}
     pid = jvm_pid(spark) if spark.sparkContext.master.startswith("local") else None
+    tracker = spark.sparkContext.statusTracker()
+    seen_jobs = set(tracker.getJobIdsForGroup())
     t_stage = [time.time(), cpu_seconds(pid) if pid else None]
 
     def lap(name):
-        """Wall time per stage, and the local JVM's CPU time (comparable
-        between runs on a loaded machine, unlike wall time)."""
+        """Wall time per stage, the Spark jobs it ran, and the local JVM's
+        CPU time (comparable between runs on a loaded machine, unlike wall
+        time)."""
         now = time.time()
         timings[name] = round(now - t_stage[0], 3)
         c = cpu_seconds(pid) if pid else None
         if c is not None and t_stage[1] is not None:
             cpu[name] = round(c - t_stage[1], 2)
         t_stage[:] = [now, c]
+        ids = set(tracker.getJobIdsForGroup())
+        jobs[name] = len(ids - seen_jobs)
+        seen_jobs.update(ids)
 
     # -- 1. one pass over the input: parse, validate, write --------------------------
     parsed = ingest.parse(spark, paths, res.console)
@@ -383,25 +394,37 @@ def _run(spark, res, info, out, topology_file, opts, say):
     expected_df = local_df(spark, dict((c, [r[i] for r in expected_rows]) for i, c in enumerate(cols)),
                            "epoch int, node string, comp string, expected_desc string")
     dist_df = None
+    topo_of = []     # epoch index -> index of the first epoch with the same edges
     if topo_source != "none":
-        dist_rows = {"epoch": [], "src": [], "dst": [], "shortest": []}
+        # Distances depend on the edge set only: one BFS table per distinct
+        # topology (a fleet's days repeat the same few), not per epoch,
+        # so the table does not grow with the number of days.
+        dist_rows = {"topo": [], "src": [], "dst": [], "shortest": []}
+        first_with = {}
         for ep in epochs:
+            key = frozenset(ep.edges)
+            if key in first_with:
+                topo_of.append(first_with[key])
+                continue
+            first_with[key] = ep.index
+            topo_of.append(ep.index)
             adj = topology.adjacency(nodes, ep.edges)
             for s in sorted(probe_sources):
                 if s not in adj:
                     continue
                 for d, k in topology.bfs_lengths(adj, s).items():
                     if k > 0:
-                        dist_rows["epoch"].append(ep.index)
+                        dist_rows["topo"].append(ep.index)
                         dist_rows["src"].append(s)
                         dist_rows["dst"].append(d)
                         dist_rows["shortest"].append(k)
         if dist_rows["src"]:
-            dist_df = local_df(spark, dist_rows, "epoch int, src string, dst string, shortest int")
+            dist_df = local_df(spark, dist_rows, "topo int, src string, dst string, shortest int")
     say("%d nodes, topology from %s (%d epoch%s)"
         % (len(nodes), topo_source, len(epochs), "" if len(epochs) == 1 else "s"))
     epoch = convergence.epoch_col(boundaries)
-    pr = metrics.probes(valid.where(F.col("kind") == "probe"), epoch, dist_df)
+    pr = metrics.probes(valid.where(F.col("kind") == "probe"), epoch, dist_df, topo_of,
+                        broadcast=dist_df is not None and len(dist_rows["src"]) <= BROADCAST_DIST_ROWS)
     pr.write.mode("overwrite").partitionBy("day").parquet(out.path("probes"))
     # with the schema: a run without probes writes no Parquet file to infer it from
     pr = spark.read.schema(pr.schema).parquet(out.path("probes"))
@@ -477,7 +500,7 @@ def locals_for_assembly(d):
     keep = ("records", "rejected", "by_reason", "by_kind", "per_file", "res", "ignored", "t_start", "t_end",
             "bucket", "topo_source", "epochs", "per_epoch", "run", "per_node", "down", "nodes", "names",
             "comps", "conv_rows", "ps", "act", "got", "got2", "window", "rtt_bin", "by_scope", "info",
-            "timings", "cpu")
+            "timings", "cpu", "jobs")
     return dict((k, d[k]) for k in keep)
 
 
@@ -811,6 +834,7 @@ def _assemble(spark, out, opts, v):
                                        "histograms.parquet", "series.parquet", "counter_totals.parquet"],
         "timings_s": v["timings"],
         "jvm_cpu_s": v["cpu"] or None,
+        "spark_jobs": v["jobs"],
     }
     return summary
 

@@ -30,15 +30,18 @@ def day_col(tcol="t"):
 
 # -- probes -----------------------------------------------------------------------
 
-def probes(records, epoch, dist_df):
+def probes(records, epoch, dist_df, topo_of=(), broadcast=True):
     """One row per probe with the shortest path length on the topology in
     force at its time and its stretch (hops / shortest). Probes that failed,
     have no hop count, or whose endpoints are unknown to the topology (or
-    src == dst) have a null stretch."""
+    src == dst) have a null stretch. dist_df: (topo, src, dst, shortest),
+    topo_of[epoch] = the `topo` of that epoch's edge set."""
     pr = records.select("day", "t", "node", "seq", "probe", "id", "src", "dst", "ok", "rtt_ms", "hops",
                         epoch.alias("epoch"))
     if dist_df is not None:
-        pr = pr.join(F.broadcast(dist_df), ["epoch", "src", "dst"], "left")
+        topo = F.element_at(F.array(*[F.lit(int(x)) for x in topo_of]), F.col("epoch") + 1)
+        pr = pr.withColumn("topo", topo)
+        pr = pr.join(F.broadcast(dist_df) if broadcast else dist_df, ["topo", "src", "dst"], "left").drop("topo")
     else:
         pr = pr.withColumn("shortest", F.lit(None).cast("int"))
     return pr.withColumn(

@@ -20,7 +20,7 @@ pytest.importorskip("pyspark")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOPOLOGY = os.path.join(ROOT, "host_tools", "topologies", "sim.txt")
-VOLATILE = ("master", "wall_time_s", "timings_s", "jvm_cpu_s", "out")
+VOLATILE = ("master", "wall_time_s", "timings_s", "jvm_cpu_s", "spark_jobs", "out")
 
 
 def snakemesh(*args, env=None, timeout=900):
