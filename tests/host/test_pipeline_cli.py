@@ -174,3 +174,31 @@ def test_synth_generator_is_deterministic_and_consistent():
             assert path[0] == r["src"] and path[-1] == r["dst"]
             assert all(keyed.has_edge(a, b) for a, b in zip(path, path[1:]))
             assert t1["stretch"][r["id"]] >= 1.0
+
+
+def test_class_archive_dumped_once_then_mapped(tmp_path, monkeypatch):
+    """The Spark class archive: the first run dumps it under a lock naming
+    the dumping JVM, runs meanwhile go without, the first run after that JVM
+    is gone takes the dump into place and every later run maps it."""
+    from host_tools.pipeline import session
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("SNAKEMESH_SPARK_CDS", raising=False)
+    first = session.ClassArchive()
+    assert first.option.startswith("-XX:ArchiveClassesAtExit=") and first.lock
+    dump = first.option.split("=", 1)[1]
+    jvm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        first.started(jvm.pid)
+        assert session.ClassArchive().option == ""          # the dump is under way
+    finally:
+        jvm.kill()
+        jvm.wait()
+    with open(dump, "wb") as f:
+        f.write(b"archive")
+    later = session.ClassArchive()
+    assert later.option.startswith("-XX:SharedArchiveFile=") and later.lock is None
+    final = later.option.split("=", 1)[1]
+    assert os.path.exists(final) and not os.path.exists(dump) and not os.path.exists(first.lock)
+    assert session.ClassArchive().option == later.option
+    monkeypatch.setenv("SNAKEMESH_SPARK_CDS", "0")
+    assert session.ClassArchive().option == ""
