@@ -56,10 +56,11 @@ def run(ctx):
     match = all(r.get("figures_match") for r in runs)
     r0 = runs[0]
     note = ("%d run(s); CLI end to end incl. JVM start, local[2]; inside analyze %s s (stages %s); "
-            "single-process pandas baseline (same rules) %s s, figures match: %s; analyze peak RSS %s MB "
-            "(driver + JVM); load average before %s; wall / CPython calibration run = %.0f"
+            "single-process pandas baseline (same rules) %s s, figures match: %s; analyze peak RSS: Python driver %s MB, "
+            "JVM %s MB; load average before %s; wall / CPython calibration run = %.0f"
             ) % (reps, r0.get("spark_inside_s"), r0.get("spark_stages_s"), base, "yes" if match else "NO",
-                 r0.get("peak_rss_tree_mb"), (r0.get("load_before") or [None])[0], wall / cal)
+                 r0.get("peak_rss_driver_python_mb"), r0.get("peak_rss_jvm_mb"),
+                 (r0.get("load_before") or [None])[0], wall / cal)
     return [row("%d records, local mode: wall time" % records, round(wall, 1), "s", "report",
                 None if match else False, note,
                 ratio=round(wall / base, 2) if base else None)]
