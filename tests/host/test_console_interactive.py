@@ -115,6 +115,7 @@ def test_names_completion_and_json(pair, env, tmp_path):
         m = t.expect(r'(\{"id": "c\d+", "ok": true, "peers": .*\})\n')
         reply = json.loads(m.group(1))
         assert reply["re"] == "peers" and reply["peers"][0]["key"] == b.pubkey
+        t.expect("> ")                                # back at the prompt, then
         t.send(b"\x04")                               # Ctrl-D leaves
         assert t.wait() == 0
 
