@@ -36,3 +36,9 @@ class TimeoutError_(DeviceError):
 class InputError(CliError):
     """A file or folder given on the command line is missing or unusable."""
     exit_code = 5
+
+
+class EngineError(CliError):
+    """The analysis engine failed for lack of resources: Spark's JVM ran out
+    of memory or died (killed, crashed) during `snakemesh analyze`."""
+    exit_code = 6

@@ -24,11 +24,12 @@ import glob
 import json
 import os
 import shutil
+import subprocess
 import time
 
-from host_tools.errors import CliError, InputError, UsageError
+from host_tools.errors import CliError, EngineError, InputError, UsageError
 from host_tools.pipeline import convergence, inputs, metrics, output, runinfo, topology
-from host_tools.pipeline.session import cpu_seconds, get_session, jvm_pid, spark_log_path
+from host_tools.pipeline.session import cpu_seconds, driver_memory, get_session, jvm_pid, spark_log_path
 
 SUMMARY_VERSION = 2
 PARTITIONED = ("telemetry", "probes")
@@ -70,25 +71,170 @@ def _nice_bin(span, bins=40):
     return scale * 10
 
 
+class JvmWatch(object):
+    """What spark_errors needs to tell a dead or starved Spark JVM from any
+    other Spark failure: the local JVM process (None on spark-submit), where
+    its log stood when it started, the driver memory it was given and the
+    input size."""
+
+    def __init__(self, input_bytes=0, driver_memory=None):
+        self.proc = None
+        self.input_bytes = input_bytes
+        self.driver_memory = driver_memory
+        try:
+            self.log_offset = os.path.getsize(spark_log_path())
+        except OSError:
+            self.log_offset = 0
+
+    def started(self, spark):
+        try:
+            self.proc = spark.sparkContext._gateway.proc
+        except AttributeError:
+            self.proc = None
+
+    def exit_code(self, wait=0.0):
+        """The JVM's exit code if it is gone (waiting up to `wait` seconds
+        for it to go: py4j sees the socket close a moment before the
+        process can be reaped), else None."""
+        if self.proc is None:
+            return None
+        try:
+            if wait:
+                return self.proc.wait(timeout=wait)
+            return self.proc.poll()
+        except subprocess.TimeoutExpired:
+            return None
+        except OSError:
+            return None
+
+    def log_says_oom(self):
+        """The JVM logged an OutOfMemoryError since it started (the last MB)."""
+        try:
+            with open(spark_log_path(), "rb") as f:
+                f.seek(0, 2)
+                end = f.tell()
+                f.seek(max(self.log_offset, end - (1 << 20)))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return False
+        return any(m in text for m in _OOM_MARKERS)
+
+
+# what a JVM's text says when it ran out of heap
+_OOM_MARKERS = ("java.lang.OutOfMemoryError", "Java heap space", "GC overhead limit exceeded")
+# Spark's exit code for a JVM that ran out of memory (SparkExitCode.OOM)
+SPARK_EXIT_OOM = 52
+# py4j's words when the JVM stopped answering mid-call
+_LOST_MARKERS = ("Answer from Java side is empty", "Error while receiving", "Error while sending",
+                 "Cannot call methods on a stopped SparkContext", "SparkContext was shut down")
+
+
+def _error_text(e):
+    """str(e) that never raises: a Py4JJavaError asks the JVM for its text,
+    and a dead JVM refuses the connection."""
+    try:
+        return str(e)
+    except Exception:
+        return " ".join(a for a in getattr(e, "args", ()) if isinstance(a, str))
+
+
+def _from_py4j(e):
+    """The exception was raised inside py4j (a call to the JVM)."""
+    tb = e.__traceback__
+    while tb is not None:
+        if (tb.tb_frame.f_globals.get("__name__") or "").startswith("py4j"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _chain(e):
+    seen = []
+    while e is not None and e not in seen and len(seen) < 8:
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    return seen
+
+
+def _more_memory(current):
+    """A driver memory to suggest: twice the current one."""
+    cur = (current or "").strip().lower()
+    units = {"k": 1.0 / (1 << 20), "m": 1.0 / 1024, "g": 1.0, "t": 1024.0}
+    try:
+        if cur[-1:] in units:
+            gb = float(cur[:-1]) * units[cur[-1]]
+        elif cur.endswith(("kb", "mb", "gb", "tb")):
+            gb = float(cur[:-2]) * units[cur[-2]]
+        else:
+            gb = float(cur) / (1 << 30)
+    except (ValueError, IndexError):
+        return "8g"
+    return "%dg" % max(2, int(round(gb * 2)))
+
+
+def jvm_failure(e, watch):
+    """One-line EngineError for `e` if Spark's JVM ran out of memory or
+    died, else None."""
+    if watch is None:
+        return None
+    chain = _chain(e)
+    texts = [_error_text(x) for x in chain]
+    oom = any(m in t for t in texts for m in _OOM_MARKERS)
+    code = watch.exit_code()
+    lost = code is not None or any(
+        (isinstance(x, (ConnectionError, EOFError)) and _from_py4j(x))
+        or type(x).__name__ == "Py4JNetworkError"
+        or any(m in t for m in _LOST_MARKERS)
+        for x, t in zip(chain, texts))
+    if not (oom or lost):
+        return None
+    if code is None:
+        code = watch.exit_code(wait=2.0)
+    if not oom and (code == SPARK_EXIT_OOM or watch.log_says_oom()):
+        oom = True
+    size = "%.0f MB of telemetry" % (watch.input_bytes / 1e6) if watch.input_bytes else "this input"
+    if oom:
+        what = "Spark ran out of memory (java.lang.OutOfMemoryError) on %s" % size
+    elif code is not None and code < 0:
+        what = "Spark's JVM died (killed by signal %d) while analyzing %s" % (-code, size)
+    elif code is not None:
+        what = "Spark's JVM died (exit code %d) while analyzing %s" % (code, size)
+    else:
+        what = "Spark's JVM stopped answering while analyzing %s" % size
+    if watch.driver_memory:
+        more = "give it more memory (--conf spark.driver.memory=%s; now %s)" % (
+            _more_memory(watch.driver_memory), watch.driver_memory)
+    else:
+        more = "give it more memory (--conf spark.driver.memory=8g)"
+    return EngineError("%s: %s, analyze fewer files or days at a time, or run on a cluster "
+                       "(--master spark://HOST:7077); Spark log: %s" % (what, more, spark_log_path()))
+
+
 @contextlib.contextmanager
-def spark_errors():
-    """Turn Spark/JVM failures into one-line CliErrors."""
+def spark_errors(watch=None):
+    """Turn Spark/JVM failures into one-line CliErrors: EngineError when
+    the JVM ran out of memory or died (`watch`: a JvmWatch), CliError for
+    any other Spark failure."""
     try:
         yield
     except CliError:
         raise
     except Exception as e:  # pyspark / py4j errors have no common base worth importing
+        engine = jvm_failure(e, watch)
+        if engine is not None:
+            raise engine from e
         mod = type(e).__module__ or ""
         if not (mod.startswith("pyspark") or mod.startswith("py4j")):
             raise
-        msg = str(e).strip().splitlines()
+        text = _error_text(e)
+        msg = text.strip().splitlines()
         first = ""
         for line in msg:
             line = line.strip()
             if line and not line.startswith("JVM stacktrace"):
                 first = line
                 break
-        if "FileNotFoundException" in str(e) or "PATH_NOT_FOUND" in str(e):
+        if "FileNotFoundException" in text or "PATH_NOT_FOUND" in text:
             raise InputError("input vanished while reading: %s" % first[:300])
         raise CliError("Spark failed: %s (%s; Spark log: %s)" % (first[:300], type(e).__name__, spark_log_path()))
 
@@ -169,15 +315,17 @@ def analyze(input_paths, out_dir, master=None, topology_file=None, conf=None, sp
     if topology_file:
         topology.read_topology_file(topology_file)  # fail early on a bad file
     out = output.AtomicDir(out_dir)
+    size = input_size(res.files, res.remote)
+    watch = JvmWatch(input_size(res.files, ()), driver_memory(master, conf))
     try:
-        with spark_errors():
-            size = input_size(res.files, res.remote)
+        with spark_errors(watch):
             t_session = None
             if spark is None:
                 say("starting Spark (%s)" % (master or "local[2]"))
                 t1 = time.time()
                 spark = get_session(master, conf, quick_jit=size < QUICK_JIT_INPUT, small_input=size < SMALL_INPUT)
                 t_session = round(time.time() - t1, 3)
+            watch.started(spark)
             say("reading %d file(s)%s" % (len(res.files), (" + %d URI(s)" % len(res.remote)) if res.remote else ""))
             tune(spark, size, conf)
             summary = _run(spark, res, info, out, topology_file, opts, say)

@@ -10,6 +10,8 @@ import tempfile
 import warnings
 
 DEFAULT_MASTER = "local[2]"
+# driver (= the whole local JVM's) heap in local mode, unless --conf says otherwise
+LOCAL_DRIVER_MEMORY = "2g"
 
 _LOG4J = """\
 rootLogger.level = error
@@ -182,7 +184,7 @@ def get_session(master=None, conf=None, app_name="snakemesh-analyze", quick_jit=
                                                           + archive.option)
     eff_master = master or ("" if under_submit else DEFAULT_MASTER)
     if eff_master.startswith("local"):
-        settings["spark.driver.memory"] = "2g"
+        settings["spark.driver.memory"] = LOCAL_DRIVER_MEMORY
         if quick_jit:
             settings["spark.driver.extraJavaOptions"] += " -XX:TieredStopAtLevel=1"
         if small_input:
@@ -197,6 +199,19 @@ def get_session(master=None, conf=None, app_name="snakemesh-analyze", quick_jit=
         archive.started(jvm_pid(spark))
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def driver_memory(master=None, conf=None):
+    """The driver memory get_session gives a JVM it starts (None: Spark's
+    own default, or a JVM already started by spark-submit)."""
+    conf = conf or {}
+    if conf.get("spark.driver.memory"):
+        return conf["spark.driver.memory"]
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        return None
+    if (master or DEFAULT_MASTER).startswith("local"):
+        return LOCAL_DRIVER_MEMORY
+    return None
 
 
 def _with_stderr_to(path, fn):
