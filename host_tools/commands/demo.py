@@ -86,7 +86,7 @@ def run(args):
            percent(s["pings_ok"], s["pings"]), _count_lines(tel), _show(tel)))
 
     phase(2, 4, "Spark pipeline (local mode): reading the telemetry, building the tables and figures; "
-                "a minute or two")
+                "about 10-15 s (longer on a busy machine or the first run on it)")
     cmd = [sys.executable, "-m", "host_tools.cli", "analyze", tel, "--out", analysis, "--report"]
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
