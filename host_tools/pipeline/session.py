@@ -136,6 +136,12 @@ def quiet_imports():
     # reports the failure as one line of its own
     import logging
     logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
+    # py4j logs a lost JVM connection with the module-level logging.exception(),
+    # which configures the root logger on first use and prints a traceback on
+    # stderr; the CLI says what happened in one line (EngineError) instead
+    root = logging.getLogger()
+    if not root.handlers:
+        root.addHandler(logging.NullHandler())
 
 
 def get_session(master=None, conf=None, app_name="snakemesh-analyze", quick_jit=False, small_input=None):

@@ -228,3 +228,20 @@ def test_other_failures_unchanged():
             raise ConnectionRefusedError(111, "Connection refused")
     assert analysis._more_memory("512m") == "2g" and analysis._more_memory("3g") == "6g"
     assert analysis._more_memory("bogus") == "8g"
+
+
+def test_py4j_lost_connection_log_is_not_a_traceback_on_stderr():
+    """py4j reports a lost JVM with the module-level logging.exception(), which
+    would configure the root logger and print a traceback on stderr beside the
+    CLI's one line (seen once in test_cli_jvm_killed_mid_analysis)."""
+    code = ("from host_tools.pipeline import session\n"
+            "session.quiet_imports()\n"
+            "import logging\n"
+            "try:\n"
+            "    raise ConnectionRefusedError(111, 'Connection refused')\n"
+            "except OSError:\n"
+            "    logging.exception('Exception while sending command.')\n"
+            "print('done')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout == "done\n", r.stderr
+    assert r.stderr == "", r.stderr
