@@ -186,6 +186,12 @@ def jvm_failure(e, watch):
         or type(x).__name__ == "Py4JNetworkError"
         or any(m in t for m in _LOST_MARKERS)
         for x, t in zip(chain, texts))
+    if not (oom or lost) and any(type(x).__name__ == "Py4JError" for x in chain):
+        # py4j's bare "An error occurred while calling oN.x" (no Java
+        # exception): the answer was lost, usually because the JVM is going
+        # away; it is a death if the process exits in the next moments
+        code = watch.exit_code(wait=2.0)
+        lost = code is not None
     if not (oom or lost):
         return None
     if code is None:

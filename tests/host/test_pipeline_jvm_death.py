@@ -245,3 +245,34 @@ def test_py4j_lost_connection_log_is_not_a_traceback_on_stderr():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout == "done\n", r.stderr
     assert r.stderr == "", r.stderr
+
+
+def test_bare_py4j_error_from_a_jvm_that_is_exiting():
+    """py4j's bare "An error occurred while calling o47.conf" (no Java
+    exception) when the JVM was killed a moment earlier: a death, not
+    "Spark failed" (seen once in test_cli_jvm_killed_mid_analysis)."""
+    pytest.importorskip("py4j")
+    from py4j.protocol import Py4JError
+
+    class Killed(object):
+        def __init__(self):
+            self.p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+            threading.Timer(0.2, self.p.kill).start()   # dies while the error is being classified
+
+        def poll(self):
+            return self.p.poll()
+
+        def wait(self, timeout=None):
+            return self.p.wait(timeout=timeout)
+
+    err = _raise_in(_watch(Killed()), Py4JError("An error occurred while calling o47.conf"))
+    assert isinstance(err, EngineError), err.message
+    assert err.message.startswith("Spark's JVM died (killed by signal 9)"), err.message
+    # the JVM alive: an ordinary Spark failure, as before
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        err = _raise_in(_watch(alive), Py4JError("An error occurred while calling o47.conf"))
+        assert not isinstance(err, EngineError) and err.message.startswith("Spark failed: "), err.message
+    finally:
+        alive.kill()
+        alive.wait()
