@@ -224,24 +224,12 @@ class Snake:
         the largest key), but only if the new key is closer than it (else
         the insert is refused, counted, and the key becomes a hint). The
         keys next to ours decide where bootstraps end, so they stay."""
-        now = self.now
-        i = 0
-        while i < table.capacity:
-            if table.used[i] and ticks_diff(now, self.r_last[i]) >= ROUTE_EXPIRY_MS:
-                return i
-            i += 1
-        own = int.from_bytes(self.r.key, "big")
-        worst = -1
-        worst_d = -1
-        for pos in (0, table.count - 1):
-            s = table.order[pos]
-            d = abs(int.from_bytes(table.key(s), "big") - own)
-            if d > worst_d:
-                worst_d = d
-                worst = s
-        if self._new_key is not None:
-            if abs(int.from_bytes(self._new_key, "big") - own) >= worst_d:
-                return -1
+        worst = self._expired_slot()
+        if worst >= 0:
+            return worst
+        worst, worst_d = self._farthest()
+        if self._new_key is not None and self._distance(self._new_key) >= worst_d:
+            return -1
         if worst >= 0:
             self.evicted_live += 1
         return worst
@@ -250,20 +238,38 @@ class Snake:
         """The full routing table would refuse `key` now (_victim's rule,
         without its side effects)."""
         t = self.routes
-        if t.count < t.capacity:
+        if t.count < t.capacity or self._expired_slot() >= 0:
             return False
+        return self._distance(key) >= self._farthest()[1]
+
+    def _expired_slot(self):
+        """A routing-table slot whose entry has expired, else -1."""
+        t = self.routes
         now = self.now
         i = 0
         while i < t.capacity:
             if t.used[i] and ticks_diff(now, self.r_last[i]) >= ROUTE_EXPIRY_MS:
-                return False
+                return i
             i += 1
-        own = int.from_bytes(self.r.key, "big")
-        d = abs(int.from_bytes(key, "big") - own)
+        return -1
+
+    def _distance(self, key):
+        """|key - own key| as 256-bit integers."""
+        return abs(int.from_bytes(key, "big") - int.from_bytes(self.r.key, "big"))
+
+    def _farthest(self):
+        """(slot, distance) of the entry farthest from our own key: the
+        smallest or the largest key of the sorted table."""
+        t = self.routes
+        worst = -1
+        worst_d = -1
         for pos in (0, t.count - 1):
-            if abs(int.from_bytes(t.key(t.order[pos]), "big") - own) > d:
-                return False
-        return True
+            s = t.order[pos]
+            d = self._distance(t.key(s))
+            if d > worst_d:
+                worst_d = d
+                worst = s
+        return worst, worst_d
 
     def _on_evict(self, slot):
         # a live entry evicted for room lives on as a hint
