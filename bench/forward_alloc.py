@@ -8,7 +8,7 @@ import json
 
 sys.path.insert(0, "firmware")
 sys.path.insert(0, "lib")
-from snake import wire, platform
+from snake import wire, wire_host, platform
 from snake.crypto import Signer
 from snake.profile import Profile
 from snake.router import Router
@@ -53,7 +53,7 @@ def main():
     # tree: traffic from lo to the root's coordinates [] -> not useful; use
     # coordinates of a sibling under the root: [1, 7]
     tree = bytearray(prof.frame_max)
-    n_tree = wire.encode_traffic(tree, wire.encode_coords([3])[2:], b"\x01\x02", hi.public, lo.public,
+    n_tree = wire.encode_traffic(tree, wire_host.encode_coords([3])[2:], b"\x01\x02", hi.public, lo.public,
                                  wire.FULL_KEY, 0, payload, 64)
     res = {}
     for name, frame, n in (("snek", snek, n_snek), ("tree", tree, n_tree)):

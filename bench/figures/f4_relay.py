@@ -99,7 +99,7 @@ class Peer(object):
         return pub
 
     async def _read(self):
-        from snake import wire
+        from snake import wire, wire_host
         f = wire.Frame(64)
         try:
             while True:
@@ -112,9 +112,9 @@ class Peer(object):
                     if key == self.ann_root:
                         continue
                     self.ann_root = key
-                    sig = self.signer.sign(wire.announcement_signed(a, f))
+                    sig = self.signer.sign(wire_host.announcement_signed(a, f))
                     out = bytearray(len(a) + 120)
-                    n = wire.extend_announcement(out, a, f, 1, self.key, sig)
+                    n = wire_host.extend_announcement(out, a, f, 1, self.key, sig)
                     self.writer.write(bytes(out[:n]))
         except (ConnectionError, OSError, asyncio.CancelledError):
             return

@@ -34,7 +34,7 @@ ROOT = _parts[0] if len(_parts) == 4 else "."
 sys.path.insert(0, ROOT + "/lib")
 sys.path.insert(0, ROOT + "/firmware")
 
-from snake import wire, platform                # noqa: E402
+from snake import wire, wire_host, platform     # noqa: E402
 from snake.crypto import Signer                 # noqa: E402
 from snake.profile import Profile               # noqa: E402
 from snake.router import Router                 # noqa: E402
@@ -83,7 +83,7 @@ def sign_chain(root_s, seq, path):
     for s, port in path:
         n = wire.encode_announcement(tmp, root_s.public, seq, hops + [(port, s.public, b"\0" * 64)])
         f.decode(tmp, n)
-        hops.append((port, s.public, s.sign(wire.hop_signed(tmp, f, len(hops)))))
+        hops.append((port, s.public, s.sign(wire_host.hop_signed(tmp, f, len(hops)))))
     n = wire.encode_announcement(tmp, root_s.public, seq, hops)
     return bytes(tmp[:n])
 
@@ -173,7 +173,7 @@ class Fixture:
         for i in range(nw):
             s = mids[len(mids) - 1 - i]
             wseq = 1700000005000 + i
-            sig = s.sign(wire.wakeup_signed(wseq, rk, self.seq))
+            sig = s.sign(wire_host.wakeup_signed(wseq, rk, self.seq))
             n = wire.encode_wakeup(buf, s.public, wseq, rk, self.seq, sig, wire.HOP_LIMIT_WAKEUP)
             self.wakes.append(bytes(buf[:n]))
         # traffic to us from distinct sources with max-depth coordinates

@@ -67,9 +67,6 @@ HANDSHAKE_LEN = 104
 PROTO_VERSION = 1
 CAPABILITIES = 0x3B
 FULL_KEY = b"\xff" * 32
-KEY_LEN = 32
-SIG_LEN = 64
-MAX_VARU64_LEN = 10
 
 _KEY = const(32)
 _SIG = const(64)
@@ -142,20 +139,6 @@ def _scan(buf, off, end):
     raise WireError("varu64")
 
 
-def varu64_end(buf, off, end):
-    # Offset just after the varu64 starting at off (must end before `end`).
-    if end > len(buf):
-        end = len(buf)
-    _scan(buf, off, end)
-    return _end
-
-
-def read_varu64(buf, off, end):
-    if end > len(buf):
-        end = len(buf)
-    return _scan(buf, off, end)
-
-
 def _varu64_bytes(v):
     out = bytearray(varu64_len(v))
     encode_varu64(out, 0, v)
@@ -193,86 +176,6 @@ def encode_coords_body(ports):
     for p in ports:
         o = encode_varu64(out, o, p)
     return bytes(out)
-
-
-def encode_coords(ports):
-    body = encode_coords_body(ports)
-    n = len(body)
-    if n > 0xFFFF:
-        raise WireError("oversize")
-    return bytes(bytearray((n >> 8, n & 0xFF))) + body
-
-
-def decode_coords(buf, off, blen):
-    # Control plane: returns a new list of port numbers.
-    if off + blen > len(buf):
-        raise WireError("coords")
-    _check_coords(buf, off, blen)
-    out = []
-    end = off + blen
-    i = off
-    while i < end:
-        out.append(read_varu64(buf, i, end))
-        i = varu64_end(buf, i, end)
-    return out
-
-
-def coords_count(buf, off, blen):
-    # Number of ports: every varu64 ends with exactly one byte < 0x80.
-    if blen == 0:
-        return 0
-    end = off + blen
-    if end > len(buf) or buf[end - 1] >= 0x80:
-        raise WireError("coords")
-    c = 0
-    i = off
-    while i < end:
-        if buf[i] < 0x80:
-            c += 1
-        i += 1
-    return c
-
-
-def coords_distance(a, aoff, alen, b, boff, blen):
-    # Tree distance len(A) + len(B) - 2 * len(common prefix), on encoded
-    # bodies, allocation-free. Ports are compared by their bytes after
-    # skipping leading zero groups (0x80), which equals comparing values.
-    na = coords_count(a, aoff, alen)
-    nb = coords_count(b, boff, blen)
-    ia = aoff
-    ea = aoff + alen
-    ib = boff
-    eb = boff + blen
-    k = 0
-    while ia < ea and ib < eb:
-        while a[ia] == 0x80:
-            ia += 1
-        while b[ib] == 0x80:
-            ib += 1
-        x = a[ia]
-        y = b[ib]
-        while x == y and x >= 0x80:
-            ia += 1
-            ib += 1
-            x = a[ia]
-            y = b[ib]
-        if x != y:
-            break
-        ia += 1
-        ib += 1
-        k += 1
-    return na + nb - 2 * k
-
-
-def coords_equal(a, aoff, alen, b, boff, blen):
-    if alen == blen:
-        # Fast path: identical bytes.
-        i = 0
-        while i < alen and a[aoff + i] == b[boff + i]:
-            i += 1
-        if i == alen:
-            return True
-    return coords_distance(a, aoff, alen, b, boff, blen) == 0
 
 
 # ----------------------------------------------------------------- Frame
@@ -611,44 +514,10 @@ def announcement_end(buf, n):
     return n
 
 
-def extend_announcement(dst, src, f, port, key, sig):
-    # Copy the announcement decoded in f from src into dst (dst may be src
-    # itself when it has room) and append the hop (port, key, sig).
-    if f.type != T_ANNOUNCEMENT:
-        raise WireError("type")
-    n0 = f.length
-    n = n0 + varu64_len(port) + _HOP
-    _fit(dst, n)
-    if dst is not src:
-        copy_into(dst, 0, src, 0, n0)
-    i = encode_varu64(dst, n0, port)
-    i = _put_key(dst, i, key)
-    _put_sig(dst, i, sig)
-    dst[8] = n >> 8
-    dst[9] = n & 0xFF
-    _put_u16(dst, 10, n - 12)
-    return n
-
-
-def announcement_signed(src, f):
-    # The bytes a new hop signs: the whole current announcement payload
-    # (a hop's signature does not cover its own port, so one signature
-    # serves every per-peer copy).
-    return bytes(src[f.ann_off:f.ann_end])
-
-
-def hop_signed(src, f, i):
-    # The bytes hop i of the decoded announcement signed.
-    return bytes(src[f.ann_off:f.hop_off[i]])
-
-
 def bootstrap_signed(seq, root_key, root_seq):
     if len(root_key) != _KEY:
         raise WireError("key")
     return bytes(_varu64_bytes(seq) + bytearray(root_key) + _varu64_bytes(root_seq))
-
-
-wakeup_signed = bootstrap_signed
 
 
 def _put_signed(buf, i, seq, root_key, root_seq, sig):

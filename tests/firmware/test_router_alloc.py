@@ -1,7 +1,7 @@
 # The forwarding hot path allocates nothing on MicroPython: receive a traffic
 # frame, decide (SNEK or tree), rewrite the watermark, hand it to the queue.
 import gc
-from snake import wire, platform
+from snake import wire, wire_host, platform
 from routertest import Node, signer, keys_sorted, announcement
 
 K = keys_sorted(list(range(41, 46)))  # lo, me, mid, hi, root
@@ -52,6 +52,6 @@ def test_snek_forwarding_allocates_nothing():
 def test_tree_forwarding_allocates_nothing():
     n = _relay()
     fb = bytearray(1024)
-    k = wire.encode_traffic(fb, wire.encode_coords([3])[2:], b"\x01\x02", signer(K[3]).public,
+    k = wire.encode_traffic(fb, wire_host.encode_coords([3])[2:], b"\x01\x02", signer(K[3]).public,
                             signer(K[0]).public, wire.FULL_KEY, 0, b"p" * 200, 64)
     assert _measure(n, bytes(fb[:k]), 500) == 0

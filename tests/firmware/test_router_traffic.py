@@ -1,6 +1,6 @@
 # Hybrid traffic forwarding and wakeup broadcasts (docs/PROTOCOL_NOTES.md "Traffic
 # forwarding (hybrid)" and difference 5), one test per rule.
-from snake import wire
+from snake import wire, wire_host
 from snake.telemetry import (D_LOOP, D_WATERMARK, D_HOP_LIMIT, D_NO_ROUTE, D_WAKEUP_ROOT,
                              D_WAKEUP_DUP, D_WAKEUP_HOP_LIMIT, D_BAD_SIGNATURE)
 from routertest import Node, signer, keys_sorted, announcement, decode, traffic, wakeup
@@ -25,18 +25,18 @@ def setup(me=4, **profile):
 def test_snek_traffic_for_us_is_delivered_and_source_coordinates_cached():
     n = setup()
     n.r.port_up(2, pub(2), 1, 2)
-    n.rx(2, traffic(n.key, pub(2), b"hello", scoords=wire.encode_coords([3, 1, 5])[2:],
+    n.rx(2, traffic(n.key, pub(2), b"hello", scoords=wire_host.encode_coords([3, 1, 5])[2:],
                     wm_key=pub(4)), 10)
     assert n.delivered == [(pub(2), b"hello")]
     slot = n.r.ccache.find(pub(2))
-    assert slot >= 0 and wire.decode_coords(n.r.cc_coords, slot * n.r.cc_max, n.r.cc_len[slot]) == [3, 1, 5]
+    assert slot >= 0 and wire_host.decode_coords(n.r.cc_coords, slot * n.r.cc_max, n.r.cc_len[slot]) == [3, 1, 5]
 
 
 def test_reply_uses_tree_routing_to_cached_coordinates():
     n = setup()
     n.r.port_up(2, pub(2), 1, 2)
     # K2 is a child of the root at [5]; we are at [3, 1] below K7 ([3])
-    n.rx(2, traffic(n.key, pub(2), b"ping", scoords=wire.encode_coords([5])[2:],
+    n.rx(2, traffic(n.key, pub(2), b"ping", scoords=wire_host.encode_coords([5])[2:],
                     wm_key=pub(4)), 10)
     n.rx(2, announcement(K[9], 1, [(K[9], 5), (K[2], 2)]), 11)
     n.clear()
@@ -45,7 +45,7 @@ def test_reply_uses_tree_routing_to_cached_coordinates():
     assert len(out) == 1 and out[0][0] == 2
     f = decode(out[0][1])
     assert f.dcoords_len > 0 and not f.has_wm
-    assert wire.decode_coords(out[0][1], f.dcoords_off, f.dcoords_len) == [5]
+    assert wire_host.decode_coords(out[0][1], f.dcoords_off, f.dcoords_len) == [5]
 
 
 def test_first_traffic_goes_by_snek_with_our_coordinates_and_a_real_watermark():
@@ -54,7 +54,7 @@ def test_first_traffic_goes_by_snek_with_our_coordinates_and_a_real_watermark():
     (port, fr), = n.frames(T_)
     f = decode(fr)
     assert port == 1 and f.dcoords_len == 0 and f.has_wm
-    assert wire.decode_coords(fr, f.scoords_off, f.scoords_len) == [3, 1]
+    assert wire_host.decode_coords(fr, f.scoords_off, f.scoords_len) == [3, 1]
     assert bytes(fr[f.wm_off:f.wm_off + 32]) == pub(9) and f.wm_seq == 0
     assert f.hop_limit == n.r.profile.traffic_hop_limit == 64
 
@@ -64,7 +64,7 @@ def test_tree_routing_dead_end_falls_back_to_snek():
     n.r.port_up(2, pub(2), 1, 2)
     # coordinates nobody closer than us knows: [3, 1, 9] (a child of ours we
     # have no link to); destination key K8 is above us -> SNEK to the parent
-    n.rx(2, traffic(pub(8), pub(2), b"x", dcoords=wire.encode_coords([3, 1, 9])[2:]), 10)
+    n.rx(2, traffic(pub(8), pub(2), b"x", dcoords=wire_host.encode_coords([3, 1, 9])[2:]), 10)
     out = n.frames(T_)
     assert len(out) == 1 and out[0][0] == 1
     f = decode(out[0][1])
@@ -79,7 +79,7 @@ def test_tree_routed_traffic_relayed_towards_closer_peer():
     n.clear()
     # K2's coordinates are its announcement's hop ports minus its own hop:
     # [3, 1, 2], one hop from [3, 1, 2, 4]; we are two hops away
-    n.rx(1, traffic(pub(0), pub(9), b"x", dcoords=wire.encode_coords([3, 1, 2, 4])[2:]), 10)
+    n.rx(1, traffic(pub(0), pub(9), b"x", dcoords=wire_host.encode_coords([3, 1, 2, 4])[2:]), 10)
     out = n.frames(T_)
     assert len(out) == 1 and out[0][0] == 2
 

@@ -3,7 +3,7 @@
 # hot path under MicroPython.
 from fwtest import (frame_bytes, node_key, det_key, allocated_by,
                     is_micropython, tohex)
-from snake import wire
+from snake import wire, wire_host
 from snake.platform import copy_into
 
 BIG_SEQ = 1795290492369          # Unix ms: a 6-byte varu64
@@ -157,7 +157,7 @@ def test_to_snek_long_coords_shrinks_frame():
     m = wire.encode_traffic(ref, b"", sc, det_key(1), det_key(2), det_key(3), 300, payload)
     assert bytes(buf[:n2]) == bytes(ref[:m])
     _same_view(f, buf, n2)
-    assert wire.decode_coords(buf, f.scoords_off, f.scoords_len) == [1, 300, 2]
+    assert wire_host.decode_coords(buf, f.scoords_off, f.scoords_len) == [1, 300, 2]
 
 
 def test_to_snek_on_snek_frame_sets_watermark():
@@ -191,22 +191,22 @@ def test_extend_announcement_in_place_and_copy():
     f.decode(one, len(one))
     sig = b"\x5a" * 64
     buf = _fresh(one, 400)
-    n = wire.extend_announcement(buf, buf, f, 300, det_key(9), sig)
+    n = wire_host.extend_announcement(buf, buf, f, 300, det_key(9), sig)
     assert n == len(one) + 2 + 96
     g = wire.Frame()
     g.decode(buf, n)
     assert g.nhops == 2 and g.hop_port[1] == 300
     assert bytes(buf[g.hop_key_off[1]:g.hop_key_off[1] + 32]) == det_key(9)
     assert bytes(buf[g.hop_sig_off[1]:g.hop_sig_off[1] + 64]) == sig
-    assert wire.hop_signed(buf, g, 1) == one[12:]
+    assert wire_host.hop_signed(buf, g, 1) == one[12:]
     assert bytes(buf[:len(one)])[12:] == one[12:]
     # copy into a separate buffer gives the same bytes
     dst = bytearray(500)
-    m = wire.extend_announcement(dst, one, f, 300, det_key(9), sig)
+    m = wire_host.extend_announcement(dst, one, f, 300, det_key(9), sig)
     assert bytes(dst[:m]) == bytes(buf[:n])
     # too small a destination
     try:
-        wire.extend_announcement(bytearray(len(one) + 10), one, f, 1, det_key(9), sig)
+        wire_host.extend_announcement(bytearray(len(one) + 10), one, f, 1, det_key(9), sig)
         assert False
     except wire.WireError as e:
         assert e.reason == "oversize"
@@ -214,7 +214,7 @@ def test_extend_announcement_in_place_and_copy():
     k = frame_bytes("keepalive_A_to_B")
     f.decode(k, len(k))
     try:
-        wire.extend_announcement(dst, k, f, 1, det_key(9), sig)
+        wire_host.extend_announcement(dst, k, f, 1, det_key(9), sig)
         assert False
     except wire.WireError as e:
         assert e.reason == "type"
@@ -272,8 +272,8 @@ def test_encoders_accept_bytearray_keys_and_memoryview_payload():
     f.decode(buf, n)
     assert bytes(buf[f.payload_off:f.payload_off + 5]) == b"hello"
     assert bytes(buf[f.dst_off:f.dst_off + 32]) == bytes(k1)
-    assert wire.decode_coords(buf, f.dcoords_off, f.dcoords_len) == [1, 2]
-    assert wire.decode_coords(buf, f.scoords_off, f.scoords_len) == [3]
+    assert wire_host.decode_coords(buf, f.dcoords_off, f.dcoords_len) == [1, 2]
+    assert wire_host.decode_coords(buf, f.scoords_off, f.scoords_len) == [3]
     # SNEK form with default (None) watermark key writes FULL_KEY
     n = wire.encode_traffic(buf, b"", b"", k1, k2, None, 0, b"")
     f.decode(buf, n)
@@ -286,7 +286,7 @@ def test_varu64_limits():
     assert wire.varu64_len(top) == 10
     assert wire.encode_varu64(buf, 0, top) == 10
     assert tohex(buf[:10]) == "81ffffffffffffffff7f"
-    assert wire.read_varu64(buf, 0, 12) == top
+    assert wire_host.read_varu64(buf, 0, 12) == top
     for bad in (1 << 64, -1):
         try:
             wire.varu64_len(bad)
@@ -295,7 +295,7 @@ def test_varu64_limits():
             assert e.reason == "varu64"
     # 10 bytes whose top group is 2: above 64 bits
     over = b"\x82" + b"\x80" * 8 + b"\x00"
-    for fn in (wire.read_varu64, wire.varu64_end):
+    for fn in (wire_host.read_varu64, wire_host.varu64_end):
         try:
             fn(over, 0, 10)
             assert False
@@ -303,16 +303,16 @@ def test_varu64_limits():
             assert e.reason == "varu64"
     # 11 bytes (leading zero groups) are refused too
     try:
-        wire.read_varu64(b"\x80" * 10 + b"\x01", 0, 11)
+        wire_host.read_varu64(b"\x80" * 10 + b"\x01", 0, 11)
         assert False
     except wire.WireError as e:
         assert e.reason == "varu64"
     # non-canonical leading zero groups are read like Go does
-    assert wire.read_varu64(b"\x80\x80\x05", 0, 3) == 5
-    assert wire.varu64_end(b"\x80\x80\x05\x07", 0, 4) == 3
+    assert wire_host.read_varu64(b"\x80\x80\x05", 0, 3) == 5
+    assert wire_host.varu64_end(b"\x80\x80\x05\x07", 0, 4) == 3
     # the end bound is respected even when the buffer goes on
     try:
-        wire.read_varu64(b"\x81\x00", 0, 1)
+        wire_host.read_varu64(b"\x81\x00", 0, 1)
         assert False
     except wire.WireError as e:
         assert e.reason == "varu64"
@@ -321,11 +321,11 @@ def test_varu64_limits():
 def test_coords_distance_noncanonical_ports_compare_by_value():
     a = b"\x01\x80\x02\x03"          # [1, 2, 3] with a padded 2
     b = b"\x01\x02\x04"
-    assert wire.coords_distance(a, 0, len(a), b, 0, len(b)) == 2
-    assert wire.coords_equal(a, 0, len(a), b"\x01\x02\x03", 0, 3)
-    assert wire.coords_count(a, 0, len(a)) == 3
+    assert wire_host.coords_distance(a, 0, len(a), b, 0, len(b)) == 2
+    assert wire_host.coords_equal(a, 0, len(a), b"\x01\x02\x03", 0, 3)
+    assert wire_host.coords_count(a, 0, len(a)) == 3
     try:
-        wire.coords_distance(b"\x01\x81", 0, 2, b, 0, 3)
+        wire_host.coords_distance(b"\x01\x81", 0, 2, b, 0, 3)
         assert False
     except wire.WireError as e:
         assert e.reason == "coords"
@@ -390,8 +390,8 @@ class _DistanceHot:
     def run(self):
         a = self.a
         b = self.b
-        self.out[0] = wire.coords_distance(a, 0, len(a), b, 0, len(b))
-        self.out[1] = 1 if wire.coords_equal(a, 0, len(a), a, 0, len(a)) else 0
+        self.out[0] = wire_host.coords_distance(a, 0, len(a), b, 0, len(b))
+        self.out[1] = 1 if wire_host.coords_equal(a, 0, len(a), a, 0, len(a)) else 0
 
 
 def test_coords_distance_allocates_nothing():

@@ -2,7 +2,7 @@
 # right reason, and a seeded fuzz of 10,000 random and mutated frames raises
 # nothing but WireError (same PRNG sequence on CPython and MicroPython).
 from fwtest import unhex, vectors, frame_bytes, handshakes, det_key, Rng
-from snake import wire
+from snake import wire, wire_host
 
 
 def _reason(buf, n=None, f=None):
@@ -142,14 +142,14 @@ def test_coords_past_the_end_and_malformed():
     b[15] = 0x82
     assert _reason(b) == "coords"
     # coordinate helpers refuse bodies that end inside a port
-    for fn in (wire.decode_coords, wire.coords_count):
+    for fn in (wire_host.decode_coords, wire_host.coords_count):
         try:
             fn(b"\x01\x81", 0, 2)
             assert False
         except wire.WireError as e:
             assert e.reason == "coords"
     try:
-        wire.decode_coords(b"\x01", 0, 4)      # body past the buffer
+        wire_host.decode_coords(b"\x01", 0, 4)      # body past the buffer
         assert False
     except wire.WireError as e:
         assert e.reason == "coords"
@@ -278,13 +278,13 @@ def _repair_payload_len(data):
         elif t == 4:
             v = n - 44
         elif t == 2:
-            v = n - wire.varu64_end(data, 76, n)
+            v = n - wire_host.varu64_end(data, 76, n)
         elif t == 3:
             i = 14 + _u16(data, 12)
             i += 2 + _u16(data, i)
             i += 64
             if _u16(data, 12) == 0:
-                i = wire.varu64_end(data, i + 32, n)
+                i = wire_host.varu64_end(data, i + 32, n)
             v = n - i
         else:
             return
@@ -358,20 +358,20 @@ def test_fuzz_only_wire_errors():
                 if fr is f:
                     ok += 1
                     if fr.type == wire.T_TRAFFIC:
-                        wire.decode_coords(data, fr.dcoords_off, fr.dcoords_len)
-                        wire.coords_distance(data, fr.dcoords_off, fr.dcoords_len,
+                        wire_host.decode_coords(data, fr.dcoords_off, fr.dcoords_len)
+                        wire_host.coords_distance(data, fr.dcoords_off, fr.dcoords_len,
                                              data, fr.scoords_off, fr.scoords_len)
         # coordinate helpers on arbitrary bytes
         if n:
             off = rng.below(n)
             blen = rng.below(n - off + 1)
-            for fn in (wire.decode_coords, wire.coords_count):
+            for fn in (wire_host.decode_coords, wire_host.coords_count):
                 try:
                     fn(data, off, blen)
                 except wire.WireError:
                     pass
             try:
-                wire.coords_distance(data, off, blen, data, 0, rng.below(n + 1))
+                wire_host.coords_distance(data, off, blen, data, 0, rng.below(n + 1))
             except wire.WireError:
                 pass
     # the fuzz reached every layer of the decoder

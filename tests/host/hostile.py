@@ -11,7 +11,7 @@ Router.receive like any other frame.
 """
 import hashlib
 
-from snake import wire
+from snake import wire, wire_host
 from snake.crypto import Signer
 
 FAKE_SIG = b"\x5a" * 64
@@ -101,8 +101,8 @@ def extend(frame, port, signer):
     as a relay does."""
     f = decode(frame)
     buf = bytearray(len(frame) + 200)
-    sig = signer.sign(wire.announcement_signed(frame, f))
-    n = wire.extend_announcement(buf, frame, f, port, signer.public, sig)
+    sig = signer.sign(wire_host.announcement_signed(frame, f))
+    n = wire_host.extend_announcement(buf, frame, f, port, signer.public, sig)
     return bytes(buf[:n])
 
 
@@ -110,7 +110,7 @@ def append_hop(frame, port, key, sig):
     """Append a hop with an arbitrary key and signature."""
     f = decode(frame)
     buf = bytearray(len(frame) + 200)
-    n = wire.extend_announcement(buf, frame, f, port, key, sig)
+    n = wire_host.extend_announcement(buf, frame, f, port, key, sig)
     return bytes(buf[:n])
 
 

@@ -18,7 +18,7 @@ import pytest
 
 import host_tools  # noqa: F401  (firmware/ and lib/ on sys.path)
 from host_tools.nodeproc import NodeProcess, free_port, micropython_binary
-from snake import wire
+from snake import wire, wire_host
 from snake.crypto import Signer, verify
 
 pytestmark = pytest.mark.skipif(micropython_binary() is None, reason="micropython binary missing")
@@ -92,9 +92,9 @@ class FakePeer(object):
         self.coords = wire.encode_coords_body(ports)
         # answer with the node's announcement extended by our own hop: we are
         # its child, so the node never picks us as its parent (we carry its key)
-        sig = self.signer.sign(wire.announcement_signed(frame, f))
+        sig = self.signer.sign(wire_host.announcement_signed(frame, f))
         out = bytearray(len(frame) + 200)
-        n = wire.extend_announcement(out, frame, f, self.link_port, self.key, sig)
+        n = wire_host.extend_announcement(out, frame, f, self.link_port, self.key, sig)
         await self.send(bytes(out[:n]))
 
     async def send(self, data):
@@ -125,7 +125,7 @@ class FakePeer(object):
     async def wakeup_for(self, signer, seq):
         if self.root is None:
             return False
-        sig = signer.sign(wire.wakeup_signed(seq, self.root, self.root_seq))
+        sig = signer.sign(wire_host.wakeup_signed(seq, self.root, self.root_seq))
         buf = bytearray(512)
         n = wire.encode_wakeup(buf, signer.public, seq, self.root, self.root_seq, sig)
         return await self.send(bytes(buf[:n]))

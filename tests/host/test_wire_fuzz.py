@@ -10,7 +10,7 @@ import random
 import struct
 
 from fwtest import unhex, vectors
-from snake import wire
+from snake import wire, wire_host
 
 ITERATIONS = 20000
 MAX_HOPS = 16
@@ -147,8 +147,8 @@ def view(f, buf):
                     "sig": _k(buf, f.sig_off, 64),
                     "signed": bytes(buf[f.signed_off:f.signed_off + f.signed_len])})
     elif f.type == 3:
-        out["dcoords"] = wire.decode_coords(buf, f.dcoords_off, f.dcoords_len)
-        out["scoords"] = wire.decode_coords(buf, f.scoords_off, f.scoords_len)
+        out["dcoords"] = wire_host.decode_coords(buf, f.dcoords_off, f.dcoords_len)
+        out["scoords"] = wire_host.decode_coords(buf, f.scoords_off, f.scoords_len)
         out["dst"] = _k(buf, f.dst_off)
         out["src"] = _k(buf, f.src_off)
         out["wm"] = _k(buf, f.wm_off) if f.has_wm else None
