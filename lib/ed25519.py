@@ -9,14 +9,18 @@
 # Field elements are ints modulo p = 2^255 - 19. Points use extended twisted
 # Edwards coordinates (X:Y:Z:T) with x = X/Z, y = Y/Z, xy = T/Z (Hisil, Wong,
 # Carter, Dawson 2008, a = -1). Multi-scalar multiplication is Straus with
-# width-w NAF digits and one shared doubling chain.
+# width-5 NAF digits and one shared doubling chain; every table entry is a
+# "cached" point (Y+X, Y-X, 2Z, 2dT).
 #
-# Fixed base: odd multiples of B and of B' = [2^128]B, in affine "Niels" form
-# (y+x, y-x, 2dxy): 2 * 8 points, written out below as constants (_BTABS;
-# tests/firmware/test_ed25519.py recomputes them with _compute_base_tables).
-# A frozen build keeps them in flash; imported as .mpy they cost the heap
-# what computing them at run time did (~2.9 KB on a 32-bit port).
-# A scalar b < 2^253 is split b = b0 + 2^128 b1, so [b]B costs 128 doublings.
+# Fixed base: the odd multiples B, 3B, ..., 15B of the base point B and of
+# B' = [2^128]B, affine (Z = 1, so an entry is y+x, y-x, 2, 2dxy), written
+# out below as bytes (_BT; tests/firmware/test_ed25519.py recomputes them)
+# and turned into ints per call (_btab: 48 int.from_bytes, well under 1 % of
+# a verify). Bytes because a board running this module as .mpy holds its
+# constants in the heap: 1.5 KB of bytes, where the same 48 numbers as int
+# literals cost ~4.7 KB on a 32-bit port (a frozen image keeps either in
+# flash). A scalar b < 2^253 is split b = b0 + 2^128 b1, so [b]B costs 128
+# doublings.
 #
 # Verification uses half-size scalars (Antipa et al., "Accelerated
 # verification of ECDSA signatures", SAC 2005): with k = H(R|A|M) mod L the
@@ -41,31 +45,20 @@
 IMPLEMENTATION = "snakemesh-ed25519"
 
 try:
-    from hashlib import sha512 as _hashlib_sha512
-
-    def _sha512(data):
-        return _hashlib_sha512(data).digest()
+    from hashlib import sha512 as _H
 except ImportError:  # MicroPython: no sha512 in hashlib
-    from sha512 import digest as _sha512
+    from sha512 import sha512 as _H
 
 _P = 0x7fffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffed
 _L = 0x1000000000000000000000000000000014def9dea2f79cd65812631a5cf5d3ed
 _L8 = 8 * _L
-# d = -121665/121666, 2d, sqrt(-1) = 2^((p-1)/4), base point B (y = 4/5, x even)
+# d = -121665/121666, 2d, sqrt(-1) = 2^((p-1)/4)
 _D = 0x52036cee2b6ffe738cc740797779e89800700a4d4141d8ab75eb4dca135978a3
 _D2 = 0x2406d9dc56dffce7198e80f2eef3d13000e0149a8283b156ebd69b9426b2f159
 _SQRTM1 = 0x2b8324804fc1df0b2b4d00993dfbd7a72f431806ad2fe478c4ee1b274a0ea0b0
-_BX = 0x216936d3cd6e53fec0a4e231fdd6dc5c692cc7609525a7b2c9562d608f25d51a
-_BY = 0x6666666666666666666666666666666666666666666666666666666666666658
 _MASK255 = (1 << 255) - 1
 _MASK128 = (1 << 128) - 1
 _BYTES = (bytes, bytearray, memoryview)
-
-# NAF widths: each fixed-base table holds 2^(_WB-2) points; the per-call
-# tables for A and R hold 2^(_WV-2).
-_WB = 5
-_WV = 5
-
 
 
 # ---------------------------------------------------------------- field
@@ -146,24 +139,8 @@ def _encode(X, Y, Z):
 
 def _small_order(x, y):
     """True when the affine point has order dividing 8 ([8]P is neutral)."""
-    p = _P
-    X = x
-    Y = y
-    Z = 1
-    for _ in range(3):
-        xx = X * X
-        yy = Y * Y
-        s = X + Y
-        s = s * s
-        zz = Z * Z
-        h = (xx + yy) % p
-        g = (xx - yy) % p
-        e = (h - s) % p
-        f = (zz + zz + g) % p
-        X = e * f % p
-        Y = g * h % p
-        Z = f * g % p
-    return X == 0 and Y == Z
+    X, Y, Z = _msm(((b"\x00\x00\x00\x01", (_cached((x, y, 1, x * y % _P)),)),))
+    return X % _P == 0 and (Y - Z) % _P == 0
 
 
 def _add_cached(P1, c):
@@ -188,111 +165,148 @@ def _cached(P1):
     return (Y + X) % p, (Y - X) % p, 2 * Z % p, _D2 * T % p
 
 
-def _odd_multiples(x, y, w):
-    """P, 3P, ..., (2^(w-1)-1)P of the affine point P = (x, y) as extended
-    points."""
-    p = _P
-    P1 = (x, y, 1, x * y % p)
-    c2 = _cached(_add_cached(P1, _cached(P1)))
-    out = [P1]
-    for _ in range((1 << (w - 2)) - 1):
-        out.append(_add_cached(out[-1], c2))
+def _odd_multiples(x, y):
+    """P, 3P, ..., 15P of the affine point P = (x, y), cached."""
+    P1 = (x, y, 1, x * y % _P)
+    c = _cached(P1)
+    c2 = _cached(_add_cached(P1, c))
+    out = [c]
+    for _ in range(7):
+        P1 = _add_cached(P1, c2)
+        out.append(_cached(P1))
     return out
 
 
-def _compact(v):
-    """A copy of 0 <= v < 2^256 in an exactly-sized int: results of `%` on
-    MicroPython keep the dividend's digit capacity (twice the size)."""
-    return int.from_bytes(v.to_bytes(32, "little"), "little")
+# The fixed-base tables: B, 3B, ..., 15B, then [2^128]B, ..., [15 * 2^128]B;
+# each point y+x, y-x, 2dxy (affine), 32 bytes little-endian each.
+_BT = (
+    # 1B: y+x, y-x, 2dxy
+    b"\x85\x3b\x8c\xf5\xc6\x93\xbc\x2f\x19\x0e\x8c\xfb\xc6\x2d\x93\xcf"
+    b"\xc2\x42\x3d\x64\x98\x48\x0b\x27\x65\xba\xd4\x33\x3a\x9d\xcf\x07"
+    b"\x3e\x91\x40\xd7\x05\x39\x10\x9d\xb3\xbe\x40\xd1\x05\x9f\x39\xfd"
+    b"\x09\x8a\x8f\x68\x34\x84\xc1\xa5\x67\x12\xf8\x98\x92\x2f\xfd\x44"
+    b"\x68\xaa\x7a\x87\x05\x12\xc9\xab\x9e\xc4\xaa\xcc\x23\xe8\xd9\x26"
+    b"\x8c\x59\x43\xdd\xcb\x7d\x1b\x5a\xa8\x65\x0c\x9f\x68\x7b\x11\x6f"
+    # 3B: y+x, y-x, 2dxy
+    b"\x30\x97\xee\x4c\xa8\xb0\x25\xaf\x8a\x4b\x86\xe8\x30\x84\x5a\x02"
+    b"\x32\x67\x01\x9f\x02\x50\x1b\xc1\xf4\xf8\x80\x9a\x1b\x4e\x16\x7a"
+    b"\x65\xd2\xfc\xa4\xe8\x1f\x61\x56\x7d\xba\xc1\xe5\xfd\x53\xd3\x3b"
+    b"\xbd\xd6\x4b\x21\x1a\xf3\x31\x81\x62\xda\x5b\x55\x87\x15\xb9\x2a"
+    b"\x89\xd8\xd0\x0d\x3f\x93\xae\x14\x62\xda\x35\x1c\x22\x23\x94\x58"
+    b"\x4c\xdb\xf2\x8c\x45\xe5\x70\xd1\xc6\xb4\xb9\x12\xaf\x26\x28\x5a"
+    # 5B: y+x, y-x, 2dxy
+    b"\x33\xbb\xa5\x08\x44\xbc\x12\xa2\x02\xed\x5e\xc7\xc3\x48\x50\x8d"
+    b"\x44\xec\xbf\x5a\x0c\xeb\x1b\xdd\xeb\x06\xe2\x46\xf1\xcc\x45\x29"
+    b"\xba\xd6\x47\xa4\xc3\x82\x91\x7f\xb7\x29\x27\x4b\xd1\x14\x00\xd5"
+    b"\x87\xa0\x64\xb8\x1c\xf1\x3c\xe3\xf3\x55\x1b\xeb\x73\x7e\x4a\x15"
+    b"\x85\x82\x2a\x81\xf1\xdb\xbb\xbc\xfc\xd1\xbd\xd0\x07\x08\x0e\x27"
+    b"\x2d\xa7\xbd\x1b\x0b\x67\x1b\xb4\x9a\xb6\x3b\x6b\x69\xbe\xaa\x43"
+    # 7B: y+x, y-x, 2dxy
+    b"\xbf\xa3\x4e\x94\xd0\x5c\x1a\x6b\xd2\xc0\x9d\xb3\x3a\x35\x70\x74"
+    b"\x49\x2e\x54\x28\x82\x52\xb2\x71\x7e\x92\x3c\x28\x69\xea\x1b\x46"
+    b"\xb1\x21\x32\xaa\x9a\x2c\x6f\xba\xa7\x23\xba\x3b\x53\x21\xa0\x6c"
+    b"\x3a\x2c\x19\x92\x4f\x76\xea\x9d\xe0\x17\x53\x2e\x5d\xdd\x6e\x1d"
+    b"\xa2\xb3\xb8\x01\xc8\x6d\x83\xf1\x9a\xa4\x3e\x05\x47\x5f\x03\xb3"
+    b"\xf3\xad\x77\x58\xba\x41\x9c\x52\xa7\x90\x0f\x6a\x1c\xbb\x9f\x7a"
+    # 9B: y+x, y-x, 2dxy
+    b"\x2f\x63\xa8\xa6\x8a\x67\x2e\x9b\xc5\x46\xbc\x51\x6f\x9e\x50\xa6"
+    b"\xb5\xf5\x86\xc6\xc9\x33\xb2\xce\x59\x7f\xdd\x8a\x33\xed\xb9\x34"
+    b"\x64\x80\x9d\x03\x7e\x21\x6e\xf3\x9b\x41\x20\xf5\xb6\x81\xa0\x98"
+    b"\x44\xb0\x5e\xe7\x08\xc6\xcb\x96\x8f\x9c\xdc\xfa\x51\x5a\xc0\x49"
+    b"\x1b\xaf\x45\x90\xbf\xe8\xb4\x06\x2f\xd2\x19\xa7\xe8\x83\xff\xe2"
+    b"\x16\xcf\xd4\x93\x29\xfc\xf6\xaa\x06\x8b\x00\x1b\x02\x72\xc1\x73"
+    # 11B: y+x, y-x, 2dxy
+    b"\xde\x2a\x80\x8a\x84\x00\xbf\x2f\x27\x2e\x30\x02\xcf\xfe\xd9\xe5"
+    b"\x06\x34\x70\x17\x71\x84\x3e\x11\xaf\x8f\x6d\x54\xe2\xaa\x75\x42"
+    b"\x48\x43\x86\x49\x02\x5b\x5f\x31\x81\x83\x08\x77\x69\xb3\xd6\x3e"
+    b"\x95\xeb\x8d\x6a\x55\x75\xa0\xa3\x7f\xc7\xd5\x29\x80\x59\xab\x18"
+    b"\xe9\x89\x60\xfd\xc5\x2c\x2b\xd8\xa4\xe4\x82\x32\xa1\xb4\x1e\x03"
+    b"\x22\x86\x1a\xb5\x99\x11\x31\x44\x48\xf9\x3d\xb5\x22\x55\xc6\x3d"
+    # 13B: y+x, y-x, 2dxy
+    b"\x6d\x7f\x00\xa2\x22\xc2\x70\xbf\xdb\xde\xbc\xb5\x9a\xb3\x84\xbf"
+    b"\x07\xba\x07\xfb\x12\x0e\x7a\x53\x41\xf2\x46\xc3\xee\xd7\x4f\x23"
+    b"\x93\xbf\x7f\x32\x3b\x01\x6f\x50\x6b\x6f\x77\x9b\xc9\xeb\xfc\xae"
+    b"\x68\x59\xad\xaa\x32\xb2\x12\x9d\xa7\x24\x60\x17\x2d\x88\x67\x02"
+    b"\x78\xa3\x2e\x73\x19\xa1\x60\x53\x71\xd4\x8d\xdf\xb1\xe6\x37\x24"
+    b"\x33\xe5\xa7\x91\xf8\x37\xef\xa2\x63\x78\x09\xaa\xfd\xa6\x7b\x49"
+    # 15B: y+x, y-x, 2dxy
+    b"\xa0\xea\xcf\x13\x03\xcc\xce\x24\x6d\x24\x9c\x18\x8d\xc2\x48\x86"
+    b"\xd0\xd4\xf2\xc1\xfa\xbd\xbd\x2d\x2b\xe7\x2d\xf1\x17\x29\xe2\x61"
+    b"\x0b\xcf\x8c\x46\x86\xcd\x0b\x04\xd6\x10\x99\x2a\xa4\x9b\x82\xd3"
+    b"\x92\x51\xb2\x07\x08\x30\x08\x75\xbf\x5e\xd0\x18\x42\xcd\xb5\x43"
+    b"\x16\xb5\xd0\x9b\x2f\x76\x9a\x5d\xee\xde\x3f\x37\x4e\xaf\x38\xeb"
+    b"\x70\x42\xd6\x93\x7d\x5a\x2e\x03\x42\xd8\xe4\x0a\x21\x61\x1d\x51"
+    # 1[2^128]B: y+x, y-x, 2dxy
+    b"\xa2\x8e\xad\xac\xbf\x04\x3b\x58\x84\xe8\x8b\x14\xe8\x43\xb7\x29"
+    b"\xdb\xc5\x10\x08\x3b\x58\x1e\x2b\xaa\xbb\xb3\x8e\xe5\x49\x54\x2b"
+    b"\x47\xbe\x3d\xeb\x62\x75\x3a\x5f\xb8\xa0\xbd\x8e\x54\x38\xea\xf7"
+    b"\x99\x72\x74\x45\x31\xe5\xc3\x00\x51\xd5\x27\x16\xe7\xe9\x04\x13"
+    b"\xfe\x9c\xdc\x6a\xd2\x14\x98\x78\x0b\xdd\x48\x8b\x3f\xab\x1b\x3c"
+    b"\x0a\xc6\x79\xf9\xff\xe1\x0f\xda\x93\xd6\x2d\x7c\x2d\xde\x68\x44"
+    # 3[2^128]B: y+x, y-x, 2dxy
+    b"\xf6\xcd\x0e\x71\xbf\x64\x5a\x4b\x3c\x29\x2c\x46\x38\xe5\x4c\xb1"
+    b"\xb9\x3a\x0b\xd5\x56\xd0\x43\x36\x70\x48\x5b\x18\x24\x37\xf9\x6a"
+    b"\x68\x3e\xe7\x8d\xab\xcf\x0e\xe9\xa5\x76\x7e\x37\x9f\x6f\x03\x54"
+    b"\x82\x59\x01\xbe\x0b\x5b\x49\xf0\x36\x1e\xf4\xa7\xc4\x29\x76\x57"
+    b"\x88\xa8\xc6\x09\x45\x02\x20\x32\x73\x89\x55\x4b\x13\x36\xe0\xd2"
+    b"\x9f\x28\x33\x3c\x23\x36\xe2\x83\x8f\xc1\xae\x0c\xbb\x25\x1f\x70"
+    # 5[2^128]B: y+x, y-x, 2dxy
+    b"\xee\xbe\xb1\x5d\xd5\x9b\xee\x8d\xb9\x3f\x72\x0a\x37\xab\xc3\xc9"
+    b"\x91\xd7\x68\x1c\xbf\xf1\xa8\x44\xde\x3c\xfd\x1c\x19\x44\x6d\x36"
+    b"\xad\x20\x57\xfb\x8f\xd4\xba\xfb\x0e\x0d\xf9\xdb\x6b\x91\x81\xee"
+    b"\xbf\x43\x55\x63\x52\x31\x81\xd4\xd8\x7b\x33\x3f\xeb\x04\x11\x22"
+    b"\x14\x8c\xbc\xf2\x43\x17\x3c\x9e\x3b\x6c\x85\xb5\xfc\x26\xda\x2e"
+    b"\x97\xfb\xa7\x68\x0e\x2f\xb8\xcc\x44\x32\x59\xbc\xe6\xa4\x67\x41"
+    # 7[2^128]B: y+x, y-x, 2dxy
+    b"\xb8\x0e\x77\x49\x89\xe2\x90\xdb\xa3\x40\xf4\xac\x2a\xcc\xfb\x98"
+    b"\x9b\x87\xd7\xde\xfe\x4f\x35\x21\xb6\x06\x69\xf2\x54\x3e\x6a\x1f"
+    b"\x9b\x61\x9c\x5b\xd0\x6c\xaf\xb4\x80\x84\xa5\xb2\xf4\xc9\xdf\x2d"
+    b"\xc4\x4d\xe9\xeb\x02\xa5\x4f\x3d\x34\x5f\x7d\x67\x4c\x3a\xfc\x08"
+    b"\xea\x34\x07\xd3\x99\xc1\xa4\x60\xd6\x5c\x16\x31\xb6\x85\xc0\x40"
+    b"\x95\x82\x59\xf7\x23\x3e\x33\xe2\xd1\x00\xb9\x16\x01\xad\x2f\x4f"
+    # 9[2^128]B: y+x, y-x, 2dxy
+    b"\xcb\xc8\x37\x0e\xf7\x7e\xc2\x47\x79\xfa\x71\xb9\x11\xaa\x72\xc9"
+    b"\x36\xd3\x0b\x87\xc7\x92\xda\x67\x73\xb0\x83\xa5\x0a\xa1\xc6\x3b"
+    b"\x78\x2c\xdc\x45\xdb\xc5\xcb\xaf\xa3\x07\x6e\x80\x42\xab\x66\x2d"
+    b"\x5e\x10\x1d\x41\x99\x0c\x52\x2a\x00\x0a\xbd\xae\xe2\x6d\xd8\x3f"
+    b"\xcb\xae\x73\xf7\x82\x3d\x34\x02\x95\xc6\xa8\x1f\x66\xc4\x30\xcc"
+    b"\x0c\x5a\xa6\x21\xdf\x16\xce\x5b\x2c\x34\x08\x94\xb6\xcc\x26\x53"
+    # 11[2^128]B: y+x, y-x, 2dxy
+    b"\x41\xda\xd2\xa0\x92\xf1\x27\xc2\x6e\x1d\xd8\x6e\x74\x5d\x5a\xf6"
+    b"\x8d\xb0\xc7\xc1\xec\xe4\xd4\xb0\x39\xe3\xef\xda\x54\xc0\x4e\x4d"
+    b"\x16\x54\xcc\x2d\xf9\x1d\x52\x9f\xda\x83\x3e\xe1\x27\xd7\x1a\xbb"
+    b"\xc4\x62\x1d\xd2\x93\x60\x14\x5b\xfd\xa8\xdc\x4c\x6b\x29\x6d\x33"
+    b"\x46\xcb\x36\x65\x51\xfc\xd6\xc4\x2c\xfb\xd0\x58\x23\x72\x6f\x17"
+    b"\x29\xbc\x17\x83\x4f\xbc\xf2\xe4\xb8\xfc\x86\x64\x72\x97\xe3\x15"
+    # 13[2^128]B: y+x, y-x, 2dxy
+    b"\x00\x79\xc6\xa7\x4e\x3e\x4d\x91\x95\x3b\xdd\x1a\x93\x81\x1f\xad"
+    b"\xab\x0f\x4e\xfc\x1b\xd9\x6a\xc4\x2a\x1f\xf5\xf4\x67\x1f\x75\x22"
+    b"\xc7\x45\x1b\x18\x49\xb7\x4a\x96\xce\xa2\x03\x31\x18\x4f\xe2\xe5"
+    b"\x4c\x40\x21\x33\xb6\xa7\x75\x2a\x10\xbf\xb1\xc4\xd5\xf6\x6c\x30"
+    b"\xd4\x0e\x06\x22\xfa\x66\x33\xac\x58\xe2\x6b\x41\xeb\xd9\x02\x66"
+    b"\xee\x4d\x52\xcf\xd1\xd0\x02\xd8\x2f\x8c\x38\x54\x52\x6e\xbd\x71"
+    # 15[2^128]B: y+x, y-x, 2dxy
+    b"\x00\x26\xa6\x3f\x92\x32\x78\x84\x83\x7f\x94\x25\x99\xa7\x65\x5f"
+    b"\xd4\x03\x48\x7f\x0b\xd2\x40\xb3\xdc\x3d\x1f\x04\x3c\x5a\x58\x63"
+    b"\x38\x76\x45\xd9\x93\x8e\x78\x0a\xd8\x89\x96\xae\x43\xb3\xbb\xd8"
+    b"\x03\x41\xee\x23\x40\xd3\x41\x68\xba\x0d\x92\x33\xf4\xd3\xf6\x0f"
+    b"\x90\x1c\x91\x71\xe8\x4e\x23\x4f\xf0\x73\x41\xcd\x18\x7a\xdc\x1a"
+    b"\x3f\xaf\x06\x63\x0e\x1f\xcd\x84\x8d\xb9\x24\x71\xe3\x75\x18\x31"
+)
 
 
-def _affine_niels(pts):
-    """Extended points -> affine (y+x, y-x, 2dxy), one shared inversion;
-    compact ints, since the tables live for the whole run."""
-    p = _P
-    n = len(pts)
-    acc = [1] * (n + 1)
-    for i in range(n):
-        acc[i + 1] = acc[i] * pts[i][2] % p
-    inv = _inv(acc[n])
-    out = [None] * n
-    for i in range(n - 1, -1, -1):
-        X, Y, Z, T = pts[i]
-        zi = inv * acc[i] % p
-        inv = inv * Z % p
-        x = X * zi % p
-        y = Y * zi % p
-        out[i] = (_compact((y + x) % p), _compact((y - x) % p), _compact(_D2 * x % p * y % p))
+def _btab(o):
+    """The fixed-base table at byte offset o of _BT (0: B, 768: [2^128]B) as
+    cached points (y+x, y-x, 2, 2dxy)."""
+    f = int.from_bytes
+    t = _BT
+    out = []
+    e = o + 768
+    while o < e:
+        out.append((f(t[o:o + 32], "little"), f(t[o + 32:o + 64], "little"), 2,
+                    f(t[o + 64:o + 96], "little")))
+        o += 96
     return out
-
-
-def _compute_base_tables():
-    """(table of B, table of [2^128]B) from scratch (_BTABS holds the result)."""
-    p = _P
-    t0 = _affine_niels(_odd_multiples(_BX, _BY, _WB))
-    # B' = [2^128]B
-    X, Y, Z = _msm(((_wnaf(1 << 128, 2), t0, True),))
-    zi = _inv(Z)
-    t1 = _affine_niels(_odd_multiples(X * zi % p, Y * zi % p, _WB))
-    return (t0, t1)
-
-
-def _base_tables():
-    return _BTABS
-
-
-# (table of B, table of [2^128]B): 2^(_WB-2) affine Niels points each
-_BTABS = ((
-    (0x07cf9d3a33d4ba65270b4898643d42c2cf932dc6fb8c0e192fbc93c6f58c3b85,
-     0x44fd2f9298f81267a5c18434688f8a09fd399f05d140beb39d103905d740913e,
-     0x6f117b689f0c65a85a1b7dcbdd43598c26d9e823ccaac49eabc91205877aaa68),
-    (0x7a164e1b9a80f8f4c11b50029f016732025a8430e8864b8aaf25b0a84cee9730,
-     0x2ab91587555bda628131f31a214bd6bd3bd353fde5c1ba7d56611fe8a4fcd265,
-     0x5a2826af12b9b4c6d170e5458cf2db4c589423221c35da6214ae933f0dd0d889),
-    (0x2945ccf146e206ebdd1beb0c5abfec448d5048c3c75eed02a212bc4408a5bb33,
-     0x154a7e73eb1b55f3e33cf11cb864a087d50014d14b2729b77f9182c3a447d6ba,
-     0x43aabe696b3bb69ab41b670b1bbda72d270e0807d0bdd1fcbcbbdbf1812a8285),
-    (0x461bea69283c927e71b2528228542e497470353ab39dc0d26b1a5cd0944ea3bf,
-     0x1d6edd5d2e5317e09dea764f92192c3a6ca021533bba23a7ba6f2c9aaa3221b1,
-     0x7a9fbb1c6a0f90a7529c41ba5877adf3b3035f47053ea49af1836dc801b8b3a2),
-    (0x34b9ed338add7f59ceb233c9c686f5b5a6509e6f51bc46c59b2e678aa6a8632f,
-     0x49c05a51fadc9c8f96cbc608e75eb04498a081b6f520419bf36e217e039d8064,
-     0x73c172021b008b06aaf6fc2993d4cf16e2ff83e8a719d22f06b4e8bf9045af1b),
-    (0x4275aae2546d8faf113e847117703406e5d9fecf02302e272fbf00848a802ade,
-     0x18ab598029d5c77fa3a075556a8deb953ed6b36977088381315f5b0249864348,
-     0x3dc65522b53df94844311199b51a8622031eb4a13282e4a4d82b2cc5fd6089e9),
-    (0x234fd7eec346f241537a0e12fb07ba07bf84b39ab5bcdedbbf70c222a2007f6d,
-     0x0267882d176024a79d12b232aaad5968aefcebc99b776f6b506f013b327fbf93,
-     0x497ba6fdaa097863a2ef37f891a7e5332437e6b1df8dd4715360a119732ea378),
-    (0x61e22917f12de72b2dbdbdfac1f2d4d08648c28d189c246d24cecc0313cfeaa0,
-     0x43b5cd4218d05ebf7508300807b25192d3829ba42a9910d6040bcd86468ccf0b,
-     0x511d61210ae4d842032e5a7d93d64270eb38af4e373fdeee5d9a762f9bd0b516),
-), (
-    (0x2b5449e58eb3bbaa2b1e583b0810c5db29b743e8148be884583b04bfacad8ea2,
-     0x1304e9e71627d55100c3e53145747299f7ea38548ebda0b85f3a7562eb3dbe47,
-     0x4468de2d7c2dd693da0fe1fff979c60a3c1bab3f8b48dd0b789814d26adc9cfe),
-    (0x6af93724185b48703643d056d50b3ab9b14ce538462c293c4b5a64bf710ecdf6,
-     0x577629c4a7f41e36f0495b0bbe01598254036f9f377e76a5e90ecfab8de73e68,
-     0x701f25bb0caec18f83e236233c33289fd2e036134b5589733220024509c6a888),
-    (0x366d44191cfd3cde44a8f1bf1c68d791c9c3ab370a723fb98dee9bd55db1beee,
-     0x221104eb3f337bd8d4813152635543bfee81916bdbf90d0efbbad48ffb5720ad,
-     0x4167a4e6bc593244ccb82f0e68a7fb972eda26fcb5856c3b9e3c1743f2bc8c14),
-    (0x1f6a3e54f26906b621354ffeded7879b98fbcc2aacf440a3db90e28949770eb8,
-     0x08fc3a4c677d5f343d4fa502ebe94dc42ddfc9f4b2a58480b4af6cd05b9c619b,
-     0x4f2fad0116b900d1e2333e23f759829540c085b631165cd660a4c199d30734ea),
-    (0x3bc6a10aa583b07367da92c7870bd336c972aa11b971fa7947c27ef70e37c8cb,
-     0x3fd86de2aebd0a002a520c99411d105e2d66ab42806e07a3afcbc5db45dc2c78,
-     0x5326ccb69408342c5bce16df21a65a0ccc30c4661fa8c69502343d82f773aecb),
-    (0x4d4ec054daefe339b0d4e4ecc1c7b08df65a5d746ed81d6ec227f192a0d2da41,
-     0x336d296b4cdca8fd5b146093d21d62c4bb1ad727e13e83da9f521df92dcc5416,
-     0x15e397726486fcb8e4f2bc4f8317bc29176f722358d0fb2cc4d6fc516536cb46),
-    (0x22751f67f4f51f2ac46ad91bfc4e0fabad1f81931add3b95914d3e4ea7c67900,
-     0x306cf6d5c4b1bf102a75a7b63321404ce5e24f183103a2ce964ab749181b45c7,
-     0x71bd6e5254388c2fd802d0d1cf524dee6602d9eb416be258ac3366fa22060ed4),
-    (0x63585a3c041f3ddcb340d20b7f4803d45f65a79925947f83847832923fa62600,
-     0x0ff6d3f433920dba6841d34023ee4103d8bbb343ae9689d80a788e93d9457638,
-     0x311875e37124b98d84cd1f0e6306af3f1adc7a18cd4173f04f234ee871911c90),
-))
 
 
 # ---------------------------------------------------------------- scalars
@@ -371,9 +385,8 @@ def _half_size(k):
 # ---------------------------------------------------------------- Straus
 
 def _msm(terms):
-    """Sum of [k_i]P_i. terms: (naf digits, table, affine) where table holds
-    the odd multiples of P_i, as affine Niels (y+x, y-x, 2dxy) when affine
-    is True, else cached (Y+X, Y-X, 2Z, 2dT). Returns projective (X, Y, Z).
+    """Sum of [k_i]P_i. terms: (naf digits, table) where table holds the odd
+    multiples of P_i as cached points. Returns projective (X, Y, Z).
     Digits are read in place from each term's NAF (bytes, see _wnaf)."""
     p = _P
     n = 0
@@ -412,33 +425,26 @@ def _msm(terms):
         if not adds:
             continue
         started = True
-        for naf, tab, aff in terms:
+        for naf, tab in terms:
             if i >= len(naf):
                 continue
             dg = naf[i]
             if not dg:
                 continue
             adds -= 1
+            # add-2008-hwcd-3 with the table entry, or with its negation
+            # (-P swaps Y+X and Y-X and negates T)
             if dg < 128:
                 c = tab[dg >> 1]
                 a = (Y - X) * c[1] % p
                 b = (Y + X) * c[0] % p
-                if aff:
-                    cc = T * c[2] % p
-                    zd = Z + Z
-                else:
-                    cc = T * c[3] % p
-                    zd = Z * c[2] % p
+                cc = T * c[3] % p
             else:
                 c = tab[(256 - dg) >> 1]
                 a = (Y - X) * c[0] % p
                 b = (Y + X) * c[1] % p
-                if aff:
-                    cc = -T * c[2] % p
-                    zd = Z + Z
-                else:
-                    cc = -T * c[3] % p
-                    zd = Z * c[2] % p
+                cc = -T * c[3] % p
+            zd = Z * c[2] % p
             e = b - a
             f = zd - cc
             g = zd + cc
@@ -451,22 +457,13 @@ def _msm(terms):
     return X, Y, Z
 
 
-def _base_mul(s):
-    """[s]B for 0 <= s < 2^256 (s is reduced mod L first)."""
-    t0, t1 = _base_tables()
-    s %= _L
-    return _msm(((_wnaf(s & _MASK128, _WB), t0, True),
-                 (_wnaf(s >> 128, _WB), t1, True)))
+def _base_mul(s, more=()):
+    """[s]B (plus the Straus terms `more`) for 0 <= s < 2^256."""
+    return _msm(((_wnaf(s & _MASK128, 5), _btab(0)),
+                 (_wnaf(s >> 128, 5), _btab(768))) + more)
 
 
 # ---------------------------------------------------------------- API
-
-def _clamp(h32):
-    a = int.from_bytes(h32, "little")
-    a &= (1 << 254) - 8
-    a |= 1 << 254
-    return a
-
 
 class SigningKey:
     """An expanded ed25519 secret: seed -> (scalar a, prefix, public key)."""
@@ -474,20 +471,18 @@ class SigningKey:
     def __init__(self, seed):
         if not isinstance(seed, _BYTES) or len(seed) != 32:
             raise ValueError("seed must be 32 bytes")
-        h = _sha512(bytes(seed))
-        self._a = _clamp(h[0:32])
+        h = _H(bytes(seed)).digest()
+        # clamp (RFC 8032 5.1.5): clear the low 3 bits and bit 255, set bit 254
+        self._a = int.from_bytes(h[0:32], "little") & ((1 << 254) - 8) | (1 << 254)
         self._prefix = h[32:64]
-        X, Y, Z = _base_mul(self._a)
-        self.public = _encode(X, Y, Z)
+        self.public = _encode(*_base_mul(self._a % _L))
 
     def sign(self, msg):
         msg = bytes(msg)
-        r = int.from_bytes(_sha512(self._prefix + msg), "little") % _L
-        X, Y, Z = _base_mul(r)
-        R = _encode(X, Y, Z)
-        k = int.from_bytes(_sha512(R + self.public + msg), "little") % _L
-        S = (r + k * self._a) % _L
-        return R + S.to_bytes(32, "little")
+        r = int.from_bytes(_H(self._prefix + msg).digest(), "little") % _L
+        R = _encode(*_base_mul(r))
+        k = int.from_bytes(_H(R + self.public + msg).digest(), "little") % _L
+        return R + ((r + k * self._a) % _L).to_bytes(32, "little")
 
 
 def public_key(seed):
@@ -498,22 +493,12 @@ def sign(seed, msg):
     return SigningKey(seed).sign(msg)
 
 
-def verify(pub, msg, sig):
-    """True when sig is a valid signature of msg by pub; False for anything
-    else, including malformed input. MemoryError is re-raised: running out
-    of heap says nothing about the signature."""
-    try:
-        return _verify(pub, msg, sig)
-    except MemoryError:
-        raise
-    except Exception:
-        return False
-
-
 # Recently decoded public keys (valid ones only): a node verifies the same
 # few peers' keys over and over, and decoding costs a square root. Only x is
-# kept (y is the key's own low 255 bits, read again at no cost): on a
-# 32-bit port each 255-bit int costs 48 bytes of heap.
+# kept (y is the key's own low 255 bits, read again at no cost), copied into
+# an exactly-sized int (results of `%` on MicroPython keep the dividend's
+# digit capacity, twice the size): on a 32-bit port each 255-bit int costs
+# 48 bytes of heap.
 _KC = 4
 _kc_keys = [None] * _KC
 _kc_x = [None] * _KC
@@ -529,43 +514,46 @@ def _decode_key(pub):
         return None
     i = _kc_next
     _kc_keys[i] = pub
-    _kc_x[i] = _compact(A[0])
+    _kc_x[i] = int.from_bytes(A[0].to_bytes(32, "little"), "little")
     _kc_next = (i + 1) % _KC
     return A
 
 
-def _verify(pub, msg, sig):
-    if not isinstance(pub, _BYTES) or len(pub) != 32:
+def verify(pub, msg, sig):
+    """True when sig is a valid signature of msg by pub; False for anything
+    else, including malformed input. MemoryError is re-raised: running out
+    of heap says nothing about the signature."""
+    try:
+        if not isinstance(pub, _BYTES) or len(pub) != 32:
+            return False
+        if not isinstance(sig, _BYTES) or len(sig) != 64:
+            return False
+        if not isinstance(msg, _BYTES):
+            return False
+        S = int.from_bytes(sig[32:64], "little")
+        if S >= _L:
+            return False
+        pub = bytes(pub)
+        A = _decode_key(pub)
+        if A is None:
+            return False
+        Rb = bytes(sig[0:32])
+        R = _decode_point(Rb)
+        if R is None or _small_order(R[0], R[1]):
+            return False
+        p = _P
+        k = int.from_bytes(_H(Rb + pub + bytes(msg)).digest(), "little") % _L
+        u, v = _half_size(k)
+        # Q' = [v*S mod L]B + [u](-A) + [|v|](-sign(v) R)
+        b = v * S % _L
+        rx = (p - R[0]) % p if v > 0 else R[0]
+        if v < 0:
+            v = -v
+        X, Y, Z = _base_mul(b,
+                            ((_wnaf(u, 5), _odd_multiples((p - A[0]) % p, A[1])),
+                             (_wnaf(v, 5), _odd_multiples(rx, R[1]))))
+        return X % p == 0 and (Y - Z) % p == 0
+    except MemoryError:
+        raise
+    except Exception:
         return False
-    if not isinstance(sig, _BYTES) or len(sig) != 64:
-        return False
-    if not isinstance(msg, _BYTES):
-        return False
-    S = int.from_bytes(sig[32:64], "little")
-    if S >= _L:
-        return False
-    pub = bytes(pub)
-    A = _decode_key(pub)
-    if A is None:
-        return False
-    Rb = bytes(sig[0:32])
-    R = _decode_point(Rb)
-    if R is None or _small_order(R[0], R[1]):
-        return False
-    p = _P
-    k = int.from_bytes(_sha512(Rb + pub + bytes(msg)), "little") % _L
-    u, v = _half_size(k)
-    b = v * S % _L
-    t0, t1 = _base_tables()
-    # Q' = [b0]B + [b1]B' + [u](-A) + [|v|](-sign(v) R)
-    ax = (p - A[0]) % p
-    rx = (p - R[0]) % p if v > 0 else R[0]
-    if v < 0:
-        v = -v
-    ta = [_cached(P1) for P1 in _odd_multiples(ax, A[1], _WV)]
-    tr = [_cached(P1) for P1 in _odd_multiples(rx, R[1], _WV)]
-    X, Y, Z = _msm(((_wnaf(b & _MASK128, _WB), t0, True),
-                    (_wnaf(b >> 128, _WB), t1, True),
-                    (_wnaf(u, _WV), ta, False),
-                    (_wnaf(v, _WV), tr, False)))
-    return X % p == 0 and (Y - Z) % p == 0

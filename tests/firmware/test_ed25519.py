@@ -142,7 +142,7 @@ IDENTITY = (0, 1, 1, 0)
 
 
 def sha512(data):
-    return ed25519._sha512(data)
+    return ed25519._H(data).digest()
 
 
 def h_int(data):
@@ -332,19 +332,23 @@ def test_wnaf_digits_reconstruct():
 
 
 def test_base_tables_and_constants():
-    t0, t1 = ed25519._base_tables()
-    # the tables written out as constants are the ones the code computes
-    assert [tuple(t) for t in (t0, t1)] == [tuple(t) for t in ed25519._compute_base_tables()]
-    assert ed25519._D == D and ed25519._SQRTM1 == SQRTM1
-    assert (ed25519._BX, ed25519._BY) == (BASE[0], BASE[1])
-    assert len(t0) == len(t1) == 1 << (ed25519._WB - 2)
-    b128 = r_mul(1 << 128, BASE)
-    zi = pow(b128[2], P - 2, P)
-    x = b128[0] * zi % P
-    y = b128[1] * zi % P
-    assert t1[0] == ((y + x) % P, (y - x) % P, 2 * D * x * y % P)
-    assert t0[1][0] == (lambda q: (q[1] + q[0]) % P)(
-        (lambda q, zi: (q[0] * zi % P, q[1] * zi % P))(r_mul(3, BASE), pow(r_mul(3, BASE)[2], P - 2, P)))
+    # the fixed-base tables written out as bytes are B, 3B, ..., 15B and the
+    # same multiples of [2^128]B as affine (y+x, y-x, 2dxy), recomputed here
+    # with the reference arithmetic; _btab gives them as cached points (Z = 1)
+    assert len(ed25519._BT) == 2 * 8 * 3 * 32
+    for off, base in ((0, BASE), (768, r_mul(1 << 128, BASE))):
+        tab = ed25519._btab(off)
+        assert len(tab) == 8
+        two = r_add(base, base)
+        q = base
+        for j in range(8):
+            zi = pow(q[2], P - 2, P)
+            x = q[0] * zi % P
+            y = q[1] * zi % P
+            assert tab[j] == ((y + x) % P, (y - x) % P, 2, 2 * D * x * y % P), (off, j)
+            q = r_add(q, two)
+    assert ed25519._D == D and ed25519._SQRTM1 == SQRTM1 and ed25519._D2 == 2 * D % P
+    assert ed25519._P == P and ed25519._L == L
 
 
 def test_inversion_and_sqrt_chains():

@@ -150,9 +150,11 @@ def test_constants_derive_from_primes():
             primes.append(c)
         c += 1
     mask = (1 << 64) - 1
+    # both are written out big-endian, 8 bytes per constant
+    assert len(sha512._K) == 80 * 8 and len(sha512._IV) == 8 * 8
     for t in range(80):
         k = _icbrt(primes[t] << 192) & mask
-        assert sha512._KH[t] == k >> 32 and sha512._KL[t] == k & 0xffffffff, t
+        assert int.from_bytes(sha512._K[8 * t:8 * t + 8], "big") == k, t
     for t in range(8):
         h = _isqrt(primes[t] << 128) & mask
-        assert sha512._IV[2 * t] == h >> 32 and sha512._IV[2 * t + 1] == h & 0xffffffff, t
+        assert int.from_bytes(sha512._IV[8 * t:8 * t + 8], "big") == h, t
