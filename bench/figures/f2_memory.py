@@ -7,10 +7,10 @@
     Reported: gc.mem_alloc() growth (after gc.collect()) from before the
     Router is constructed to after it is full: the whole router object graph
     (tree, snake, tables, buffers, counters, its own signatures). Excluded:
-    module bytecode and function objects (imported before), the node's
-    Signer (built before), the pure-Python ed25519 fixed-base tables (built
-    lazily by the first crypto call; measured by bench/crypto_bench.py as
-    base_tables_heap_bytes), the runtime's send queues and read buffers
+    module bytecode, constants and function objects (imported before; the
+    pure-Python ed25519 fixed-base tables are a bytes constant, size in
+    bench/crypto_bench.py's base_tables_bytes), the node's Signer (built
+    before), the runtime's send queues and read buffers
     (figure 2b covers the whole node).
 2b. tests/host/heap_scenario.py on the 32-bit builds of MicroPython 1.28.0
     (`make mp32`): three nodes in a TCP triangle plus a BLE link per pair
