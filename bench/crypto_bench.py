@@ -176,7 +176,7 @@ def main():
         if "sha512_us_per_block" in r:
             notes.append("sha512 %.0f us/block" % r["sha512_us_per_block"])
         if "first_signer_ms" in r and r["backend"] == "python":
-            notes.append("first Signer (builds tables) %.1f ms" % r["first_signer_ms"])
+            notes.append("first Signer %.1f ms" % r["first_signer_ms"])
         if "base_tables_bytes" in r:
             notes.append("tables %d B" % r["base_tables_bytes"])
         if "verify_alloc_bytes" in r:
