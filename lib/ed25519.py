@@ -45,9 +45,12 @@
 IMPLEMENTATION = "snakemesh-ed25519"
 
 try:
-    from hashlib import sha512 as _H
+    from hashlib import sha512 as _hashlib_sha512
+
+    def _sha512(data):
+        return _hashlib_sha512(data).digest()
 except ImportError:  # MicroPython: no sha512 in hashlib
-    from sha512 import sha512 as _H
+    from sha512 import digest as _sha512
 
 _P = 0x7fffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffed
 _L = 0x1000000000000000000000000000000014def9dea2f79cd65812631a5cf5d3ed
@@ -471,7 +474,7 @@ class SigningKey:
     def __init__(self, seed):
         if not isinstance(seed, _BYTES) or len(seed) != 32:
             raise ValueError("seed must be 32 bytes")
-        h = _H(bytes(seed)).digest()
+        h = _sha512(bytes(seed))
         # clamp (RFC 8032 5.1.5): clear the low 3 bits and bit 255, set bit 254
         self._a = int.from_bytes(h[0:32], "little") & ((1 << 254) - 8) | (1 << 254)
         self._prefix = h[32:64]
@@ -479,9 +482,9 @@ class SigningKey:
 
     def sign(self, msg):
         msg = bytes(msg)
-        r = int.from_bytes(_H(self._prefix + msg).digest(), "little") % _L
+        r = int.from_bytes(_sha512(self._prefix + msg), "little") % _L
         R = _encode(*_base_mul(r))
-        k = int.from_bytes(_H(R + self.public + msg).digest(), "little") % _L
+        k = int.from_bytes(_sha512(R + self.public + msg), "little") % _L
         return R + ((r + k * self._a) % _L).to_bytes(32, "little")
 
 
@@ -542,7 +545,7 @@ def verify(pub, msg, sig):
         if R is None or _small_order(R[0], R[1]):
             return False
         p = _P
-        k = int.from_bytes(_H(Rb + pub + bytes(msg)).digest(), "little") % _L
+        k = int.from_bytes(_sha512(Rb + pub + bytes(msg)), "little") % _L
         u, v = _half_size(k)
         # Q' = [v*S mod L]B + [u](-A) + [|v|](-sign(v) R)
         b = v * S % _L

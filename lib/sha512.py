@@ -8,8 +8,9 @@
 # would (measured: see bench/crypto_bench.py and the report). Shifts left by
 # 31 pre-mask the single bit that is kept so no intermediate reaches 2^62.
 #
-# API mirrors hashlib: sha512(data=b"") with update()/digest()/hexdigest()/
-# copy(), digest_size, block_size, name; plus one-shot digest(data).
+# API: digest(data) -> 64 bytes, one shot (all ed25519 needs). No streaming
+# hashlib-style object: as .mpy its code would cost a board ~0.5 KB of heap
+# that nothing uses.
 #
 # Heap: a board running this module as .mpy holds its constants in the heap
 # (a frozen image keeps them in flash). They are bytes, not tuples of ints:
@@ -17,7 +18,6 @@
 # own (176 of them, ~4 KB). The message schedule is a 16-word window
 # (W[t] overwrites W[t-16]) in a list made per block.
 import struct
-import binascii
 
 # Round constants K[0..79] (first 64 bits of the fractional parts of the
 # cube roots of the first 80 primes, FIPS 180-4 4.2.3) and the initial hash
@@ -148,57 +148,14 @@ def _compress(st, buf, off, nblocks):
 
 
 def digest(data):
-    """One-shot SHA-512 of bytes-like data -> 64 bytes."""
-    return sha512(data).digest()
-
-
-class sha512:
-    name = "sha512"
-    digest_size = 64
-    block_size = 128
-
-    def __init__(self, data=b""):
-        self._st = list(struct.unpack(">16I", _IV))
-        self._buf = bytearray(128)   # the message's last (length mod 128) bytes
-        self._len = 0
-        if data:
-            self.update(data)
-
-    def update(self, data):
-        n = len(data)
-        nb = self._len & 127
-        self._len += n
-        buf = self._buf
-        pos = 0
-        if nb:
-            pos = 128 - nb
-            if pos > n:
-                pos = n
-            buf[nb:nb + pos] = data[0:pos]
-            if nb + pos < 128:
-                return
-            _compress(self._st, buf, 0, 1)
-        full = (n - pos) >> 7
-        if full:
-            _compress(self._st, data, pos, full)
-            pos += full << 7
-        buf[0:n - pos] = data[pos:n]
-
-    def copy(self):
-        c = sha512()
-        c._st = list(self._st)
-        c._buf[:] = self._buf
-        c._len = self._len
-        return c
-
-    def digest(self):
-        # padding (5.1.2): 0x80, zeros, the message length in bits (128 bits)
-        n = self._len
-        nb = n & 127
-        tail = bytes(self._buf[0:nb]) + b"\x80" + bytes((111 - nb) & 127) + (n << 3).to_bytes(16, "big")
-        st = list(self._st)
-        _compress(st, tail, 0, len(tail) >> 7)
-        return struct.pack(">16I", *st)
-
-    def hexdigest(self):
-        return binascii.hexlify(self.digest()).decode()
+    """SHA-512 of bytes-like data -> 64 bytes."""
+    n = len(data)
+    st = list(struct.unpack(">16I", _IV))
+    full = n >> 7
+    if full:
+        _compress(st, data, 0, full)
+    # padding (5.1.2): 0x80, zeros, the message length in bits (128 bits)
+    nb = n & 127
+    tail = bytes(data[n - nb:n]) + b"\x80" + bytes((111 - nb) & 127) + (n << 3).to_bytes(16, "big")
+    _compress(st, tail, 0, len(tail) >> 7)
+    return struct.pack(">16I", *st)

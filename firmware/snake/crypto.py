@@ -36,57 +36,39 @@ def _ok_bytes(b, n):
 # ---------------------------------------------------------------- backends
 # Each backend is (make_signer, verify): make_signer(seed) -> (public, sign).
 
-def _load_native(name):
-    mod = platform.try_import("snakemesh_ed25519")
-    if mod is None:
+def _load(name):
+    if name == "python":
+        ed = platform.try_import("ed25519")
+        if getattr(ed, "IMPLEMENTATION", None) != "snakemesh-ed25519":
+            return None  # missing, or another package named ed25519 shadows lib/
+
+        def make(seed):
+            key = ed.SigningKey(bytes(seed))
+            return key.public, key.sign
+        return make, ed.verify
+    if name == "native":
+        mod = platform.try_import("snakemesh_ed25519")
+        if mod is None:
+            return None
+
+        def make_native(seed):
+            seed = bytes(seed)
+            return bytes(mod.public_key(seed)), lambda msg: bytes(mod.sign(seed, msg))
+        return make_native, lambda pub, msg, sig: bool(mod.verify(pub, msg, sig))
+    if platform.MICROPYTHON or name not in _NAMES:
         return None
-
-    def make(seed):
-        seed = bytes(seed)
-        pub = bytes(mod.public_key(seed))
-
-        def sign(msg):
-            return bytes(mod.sign(seed, msg))
-        return pub, sign
-
-    def verify(pub, msg, sig):
-        return bool(mod.verify(pub, msg, sig))
-    return make, verify
-
-
-def _load_host(name):
     # PyNaCl, pyca/cryptography: CPython only, in snake/crypto_host.py (not
     # loaded on MicroPython, so a board's heap holds none of that code)
-    if platform.MICROPYTHON:
-        return None
     from snake import crypto_host
     return crypto_host.load(name)
 
 
-def _load_python(name):
-    ed = platform.try_import("ed25519")
-    if getattr(ed, "IMPLEMENTATION", None) != "snakemesh-ed25519":
-        return None  # missing, or another package named ed25519 shadows lib/
-
-    def make(seed):
-        key = ed.SigningKey(bytes(seed))
-        return key.public, key.sign
-    return make, ed.verify
-
-
-_LOADERS = {
-    "native": _load_native,
-    "nacl": _load_host,
-    "cryptography": _load_host,
-    "python": _load_python,
-}
 _loaded = {}
 
 
 def _get(name):
     if name not in _loaded:
-        loader = _LOADERS.get(name)
-        _loaded[name] = loader(name) if loader else None
+        _loaded[name] = _load(name)
     return _loaded[name]
 
 
@@ -112,24 +94,21 @@ def use_backend(name):
     return name
 
 
-def _pick():
-    want = None
-    try:
-        import os
-        want = os.getenv("SNAKEMESH_CRYPTO_BACKEND")
-    except Exception:
-        want = None
-    if want:
-        use_backend(want)
-        return
-    for n in _NAMES:
-        if _get(n) is not None:
-            use_backend(n)
-            return
-    raise ImportError("no ed25519 backend (lib/ed25519.py missing from sys.path)")
-
-
-_pick()
+# the backend at import: SNAKEMESH_CRYPTO_BACKEND, else the fastest
+# (module-level code: as .mpy its bytecode is freed once the import ran)
+try:
+    import os
+    _want = os.getenv("SNAKEMESH_CRYPTO_BACKEND")
+except Exception:
+    _want = None
+if not _want:
+    for _want in _NAMES:
+        if _get(_want) is not None:
+            break
+    else:
+        raise ImportError("no ed25519 backend (lib/ed25519.py missing from sys.path)")
+use_backend(_want)
+del _want
 
 
 # ---------------------------------------------------------------- API
@@ -141,10 +120,9 @@ class Signer:
         if not _ok_bytes(seed, 32):
             raise ValueError("seed must be 32 bytes")
         self.backend = BACKEND
-        self.public, self._sign = _make(seed)
-
-    def sign(self, msg):
-        return self._sign(msg)
+        # .sign(msg) -> bytes(64) is the backend's own function (an
+        # attribute, not a method: one call less per signature)
+        self.public, self.sign = _make(seed)
 
 
 def public_key(seed):
@@ -197,41 +175,6 @@ class SigCache:
         self._ref = bytearray(capacity)
         self._hand = 0
 
-    def _find(self, d, tag):
-        tags = self._tags
-        n = tags.count(tag)
-        i = 0
-        dig = self._dig
-        while n:
-            i = tags.index(tag, i)
-            o = i * 16
-            j = 0
-            while j < 16 and dig[o + j] == d[j]:
-                j += 1
-            if j == 16:
-                return i
-            i += 1
-            n -= 1
-        return -1
-
-    def _slot(self):
-        cap = self.capacity
-        if self.count < cap:
-            s = self.count
-            self.count += 1
-            return s
-        ref = self._ref
-        h = self._hand
-        while ref[h]:
-            ref[h] = 0
-            h += 1
-            if h == cap:
-                h = 0
-        nxt = h + 1
-        self._hand = 0 if nxt == cap else nxt
-        self.evictions += 1
-        return h
-
     def verify(self, pub, msg, sig):
         """Like crypto.verify, answering from the cache when this exact triple
         verified before. Never raises."""
@@ -244,24 +187,49 @@ class SigCache:
         h.update(sig)
         d = h.digest()
         tag = (d[0] << 22) | (d[1] << 14) | (d[2] << 6) | (d[3] >> 2)
-        i = self._find(d, tag)
-        if i >= 0:
-            self.hits += 1
-            self._ref[i] = 1
-            return True
+        tags = self._tags
+        dig = self._dig
+        # look up: every entry with this tag, then its 16 digest bytes
+        n = tags.count(tag)
+        i = 0
+        while n:
+            i = tags.index(tag, i)
+            o = i * 16
+            j = 0
+            while j < 16 and dig[o + j] == d[j]:
+                j += 1
+            if j == 16:
+                self.hits += 1
+                self._ref[i] = 1
+                return True
+            i += 1
+            n -= 1
         self.misses += 1
         if not verify(pub, msg, sig):
             self.failures += 1
             return False
-        s = self._slot()
-        o = s * 16
-        dig = self._dig
+        # a slot: the next free one, else CLOCK
+        cap = self.capacity
+        ref = self._ref
+        if self.count < cap:
+            i = self.count
+            self.count += 1
+        else:
+            i = self._hand
+            while ref[i]:
+                ref[i] = 0
+                i += 1
+                if i == cap:
+                    i = 0
+            self._hand = 0 if i + 1 == cap else i + 1
+            self.evictions += 1
+        o = i * 16
         j = 0
         while j < 16:
             dig[o + j] = d[j]
             j += 1
-        self._tags[s] = tag
-        self._ref[s] = 0
+        tags[i] = tag
+        ref[i] = 0
         return True
 
     def clear(self):

@@ -142,7 +142,7 @@ IDENTITY = (0, 1, 1, 0)
 
 
 def sha512(data):
-    return ed25519._H(data).digest()
+    return ed25519._sha512(data)
 
 
 def h_int(data):
