@@ -9,6 +9,7 @@ import asyncio
 import sys
 
 from snake import platform, crypto
+from snake.platform import const
 from snake.node import Node, _unload, _sleep_ms
 
 
@@ -97,7 +98,7 @@ async def start(args):
         node.log_fn = console.log
         node.start()
         if profile.wifi:
-            await wifi.Wifi(node, cfg).start()
+            await start_wifi(wifi.Wifi(node, cfg))
             node._mark("wifi")
         if profile.ble or getattr(cfg, "ble_medium", None):
             start_ble(node, console)
@@ -107,6 +108,147 @@ async def start(args):
     return console, meter
 
 
+# ---- Wi-Fi bring-up (snake/wifi.py runs what this starts) ----------------
+_WLAN_TIMEOUT_MS = const(20000)
+_RANDOM_PORT_TRIES = const(20)
+
+
+async def start_wifi(w):
+    """Bring up what the config asks for (w: a snake.wifi.Wifi); each part
+    on its own, so a failing one (a busy port, no multicast route) leaves
+    the others up. Returns the list of failures (strings, also in
+    node.warnings)."""
+    from snake import wifi
+    cfg = w.cfg
+    node = w.node
+    errors = []
+    await join_ap(node, cfg)
+    prof = node.profile
+    host = "0.0.0.0"
+    if cfg is not None and cfg.listen is not None:
+        host = cfg.listen[0]
+        # static listener first: an explicit port must not be taken by a
+        # randomly chosen multicast port
+        try:
+            w.static_port = await _listen(w, cfg.listen[0], cfg.listen[1], wifi.LINK_REMOTE)
+            node.listeners["static"] = "%s:%d" % (cfg.listen[0], w.static_port)
+        except OSError as e:
+            errors.append("cannot listen on %s:%d: %s" % (cfg.listen[0], cfg.listen[1], wifi._err(e)))
+    if prof.multicast:
+        try:
+            w.mc_port = await _listen(w, host, prof.listen_port, wifi.LINK_MULTICAST)
+            node.listeners["multicast"] = "%s:%d" % (host, w.mc_port)
+            _open_multicast(w)
+            w.tasks.append(asyncio.create_task(w._beacon_tx()))
+            w.tasks.append(asyncio.create_task(w._beacon_rx()))
+        except OSError as e:
+            errors.append("multicast discovery off: %s" % wifi._err(e))
+    if cfg is not None:
+        for hp in cfg.connect:
+            w.tasks.append(asyncio.create_task(w._static(hp[0], hp[1])))
+    for e in errors:
+        node.warn("wifi: " + e)
+    return errors
+
+
+async def join_ap(node, cfg):
+    """Join the configured access point (boards with network.WLAN only)."""
+    network = platform.try_import("network")
+    if network is None or not hasattr(network, "WLAN") or cfg is None or not cfg.ssid:
+        return False
+    sta = network.WLAN(network.STA_IF)
+    sta.active(True)
+    if sta.isconnected():
+        return True
+    node.log("wifi: joining %s" % cfg.ssid)
+    try:
+        sta.connect(cfg.ssid, cfg.password or "")
+    except OSError as e:
+        node.log("wifi: connect failed: %s" % (e,))
+        return False
+    t0 = platform.ticks_ms()
+    while not sta.isconnected():
+        if platform.ticks_diff(platform.ticks_ms(), t0) > _WLAN_TIMEOUT_MS:
+            node.log("wifi: no connection to %s yet (continuing)" % cfg.ssid)
+            return False
+        await _sleep_ms(200)
+    try:
+        node.log("wifi: connected, address %s" % sta.ifconfig()[0])
+    except (OSError, AttributeError, IndexError):
+        pass
+    return True
+
+
+async def _listen(w, host, port, link_type):
+    # a TCP listener for links of link_type; returns its port
+    cb = w.acceptor(link_type)
+    if port:
+        w.servers.append(await asyncio.start_server(cb, host, port))
+        return port
+    # a free port: MicroPython sockets have no getsockname(), so pick
+    # random ports until one binds
+    err = None
+    i = 0
+    while i < _RANDOM_PORT_TRIES:
+        p = 20000 + (int.from_bytes(platform.urandom(2), "big") % 40000)
+        try:
+            w.servers.append(await asyncio.start_server(cb, host, p))
+            return p
+        except OSError as e:
+            err = e
+        i += 1
+    raise err
+
+
+def _addr(host, port):
+    import socket
+    return socket.getaddrinfo(host, port)[0][-1]
+
+
+def _ip_bytes(dotted):
+    parts = dotted.split(".")
+    if len(parts) != 4:
+        raise ValueError("not an IPv4 address: " + dotted)
+    return bytes([int(p) for p in parts])
+
+
+def _open_multicast(w):
+    # the discovery socket (w.sock, joined to the group) and our beacon
+    import socket
+    from snake.wifi import GROUP, MCAST_PORT
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    except (OSError, AttributeError):
+        pass
+    reuseport = getattr(socket, "SO_REUSEPORT", None)
+    if reuseport is not None:
+        try:
+            s.setsockopt(socket.SOL_SOCKET, reuseport, 1)
+        except OSError:
+            pass
+    s.bind(_addr("0.0.0.0", MCAST_PORT))
+    mreq = _ip_bytes(GROUP) + _ip_bytes("0.0.0.0")
+    # MicroPython (unix) has IP_ADD_MEMBERSHIP but no IPPROTO_IP constant
+    s.setsockopt(platform.IPPROTO_IP, platform.IP_ADD_MEMBERSHIP, mreq)
+    try:
+        s.setsockopt(platform.IPPROTO_IP, platform.IP_MULTICAST_LOOP, 1)
+    except OSError:
+        pass
+    s.setblocking(False)
+    w.sock = s
+    w.group = _addr(GROUP, MCAST_PORT)
+    b = w.beacon
+    k = w.node.key
+    i = 0
+    while i < 32:
+        b[i] = k[i]
+        i += 1
+    b[32] = (w.mc_port >> 8) & 0xFF
+    b[33] = w.mc_port & 0xFF
+
+
+# ---- BLE ---------------------------------------------------------------------
 def start_ble(node, console):
     """Bluetooth LE links (snake/ble.py) when this platform has a radio: a
     board's `bluetooth` module, or the host emulation (host_tools/blemu on

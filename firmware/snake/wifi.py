@@ -22,11 +22,15 @@
 #     link type 3.
 #   - TCP_NODELAY on every TCP link. One link per (key, link type): node.link_up
 #     refuses the second after its handshake.
+#
+# Bringing it up (joining the access point, the listeners, the multicast
+# socket) runs once: snake/boot.py start_wifi, dropped with the boot code
+# (README "Memory"); this module keeps what runs while the node does.
 import asyncio
 
 from snake import platform, stream
 from snake.platform import ticks_ms, ticks_diff
-from snake.link import (TcpLink, LINK_MULTICAST, LINK_REMOTE, set_nodelay, peer_name, host_port,
+from snake.link import (TcpLink, LINK_MULTICAST, LINK_REMOTE, set_nodelay, host_port,
                         open_tcp, close_stream)
 
 GROUP = "224.0.0.114"
@@ -39,17 +43,10 @@ DIAL_RETRY_MS = 5000     # after a failed dial to a key
 DIAL_TIMEOUT_S = 5
 SEEN_MAX = 16            # remembered beacon senders
 STATIC_BACKOFF_MS = (1000, 2000, 4000, 8000, 16000)
-WLAN_TIMEOUT_MS = 20000
-RANDOM_PORT_TRIES = 20
 
 
 def _sleep_ms(ms):
     return asyncio.sleep(ms / 1000)
-
-
-def _addr(host, port):
-    import socket
-    return socket.getaddrinfo(host, port)[0][-1]
 
 
 def _err(e):
@@ -64,13 +61,6 @@ def _err(e):
 
 async def _nothing():
     pass
-
-
-def _ip_bytes(dotted):
-    parts = dotted.split(".")
-    if len(parts) != 4:
-        raise ValueError("not an IPv4 address: " + dotted)
-    return bytes([int(p) for p in parts])
 
 
 class Wifi:
@@ -89,98 +79,15 @@ class Wifi:
                       "beacon_tx_fail": 0}
         node.wifi = self
 
-    # ---- start ----------------------------------------------------------
-    async def start(self):
-        """Bring up what the config asks for; each part on its own, so a
-        failing one (a busy port, no multicast route) leaves the others up.
-        Returns the list of failures (strings, also in node.warnings)."""
-        cfg = self.cfg
-        node = self.node
-        errors = []
-        await self.join_ap()
-        prof = node.profile
-        host = "0.0.0.0"
-        if cfg is not None and cfg.listen is not None:
-            host = cfg.listen[0]
-            # static listener first: an explicit port must not be taken by a
-            # randomly chosen multicast port
-            try:
-                srv, port = await self._listen(cfg.listen[0], cfg.listen[1], LINK_REMOTE)
-                self.static_port = port
-                node.listeners["static"] = "%s:%d" % (cfg.listen[0], port)
-            except OSError as e:
-                errors.append("cannot listen on %s:%d: %s" % (cfg.listen[0], cfg.listen[1], _err(e)))
-        if prof.multicast:
-            try:
-                srv, port = await self._listen(host, prof.listen_port, LINK_MULTICAST)
-                self.mc_port = port
-                node.listeners["multicast"] = "%s:%d" % (host, port)
-                self._open_multicast()
-                self.tasks.append(asyncio.create_task(self._beacon_tx()))
-                self.tasks.append(asyncio.create_task(self._beacon_rx()))
-            except OSError as e:
-                errors.append("multicast discovery off: %s" % _err(e))
-        if cfg is not None:
-            for hp in cfg.connect:
-                self.tasks.append(asyncio.create_task(self._static(hp[0], hp[1])))
-        for e in errors:
-            node.warn("wifi: " + e)
-        return errors
-
-    async def join_ap(self):
-        """Join the configured access point (boards with network.WLAN only)."""
-        network = platform.try_import("network")
-        cfg = self.cfg
-        if network is None or not hasattr(network, "WLAN") or cfg is None or not cfg.ssid:
-            return False
-        sta = network.WLAN(network.STA_IF)
-        sta.active(True)
-        if sta.isconnected():
-            return True
-        self.node.log("wifi: joining %s" % cfg.ssid)
-        try:
-            sta.connect(cfg.ssid, cfg.password or "")
-        except OSError as e:
-            self.node.log("wifi: connect failed: %s" % (e,))
-            return False
-        t0 = ticks_ms()
-        while not sta.isconnected():
-            if ticks_diff(ticks_ms(), t0) > WLAN_TIMEOUT_MS:
-                self.node.log("wifi: no connection to %s yet (continuing)" % cfg.ssid)
-                return False
-            await _sleep_ms(200)
-        try:
-            self.node.log("wifi: connected, address %s" % sta.ifconfig()[0])
-        except (OSError, AttributeError, IndexError):
-            pass
-        return True
-
-    async def _listen(self, host, port, link_type):
-        def cb_factory(lt):
-            # a plain function returning the link's coroutine: asyncio runs
-            # it as the connection's task (no wrapper coroutine per link)
-            def cb(reader, writer):
-                return self._accepted(reader, writer, lt)
-            return cb
-        cb = cb_factory(link_type)
-        if port:
-            srv = await asyncio.start_server(cb, host, port)
-            self.servers.append(srv)
-            return srv, port
-        # a free port: MicroPython sockets have no getsockname(), so pick
-        # random ports until one binds
-        err = None
-        i = 0
-        while i < RANDOM_PORT_TRIES:
-            p = 20000 + (int.from_bytes(platform.urandom(2), "big") % 40000)
-            try:
-                srv = await asyncio.start_server(cb, host, p)
-                self.servers.append(srv)
-                return srv, p
-            except OSError as e:
-                err = e
-            i += 1
-        raise err
+    # ---- start: snake/boot.py (start_wifi), run once and dropped --------
+    def acceptor(self, link_type):
+        # the listener's callback: a plain function returning the link's
+        # coroutine, which asyncio runs as the connection's task (no wrapper
+        # coroutine per link); made here, not in the boot code, which
+        # leaves the heap after the boot
+        def cb(reader, writer):
+            return self._accepted(reader, writer, link_type)
+        return cb
 
     def _accepted(self, reader, writer, link_type):
         set_nodelay(writer)
@@ -194,39 +101,6 @@ class Wifi:
         return stream.run(self.node, link)
 
     # ---- multicast --------------------------------------------------------
-    def _open_multicast(self):
-        import socket
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        except (OSError, AttributeError):
-            pass
-        reuseport = getattr(socket, "SO_REUSEPORT", None)
-        if reuseport is not None:
-            try:
-                s.setsockopt(socket.SOL_SOCKET, reuseport, 1)
-            except OSError:
-                pass
-        s.bind(_addr("0.0.0.0", MCAST_PORT))
-        mreq = _ip_bytes(GROUP) + _ip_bytes("0.0.0.0")
-        # MicroPython (unix) has IP_ADD_MEMBERSHIP but no IPPROTO_IP constant
-        s.setsockopt(platform.IPPROTO_IP, platform.IP_ADD_MEMBERSHIP, mreq)
-        try:
-            s.setsockopt(platform.IPPROTO_IP, platform.IP_MULTICAST_LOOP, 1)
-        except OSError:
-            pass
-        s.setblocking(False)
-        self.sock = s
-        self.group = _addr(GROUP, MCAST_PORT)
-        b = self.beacon
-        k = self.node.key
-        i = 0
-        while i < 32:
-            b[i] = k[i]
-            i += 1
-        b[32] = (self.mc_port >> 8) & 0xFF
-        b[33] = self.mc_port & 0xFF
-
     async def _beacon_tx(self):
         while True:
             try:
