@@ -38,12 +38,13 @@
 # preallocated ring (single producer / single consumer: the IRQ writes only
 # the write index, the reader only the read index), records events in slot
 # fields the task only reads, and sets flags. Ownership rules that keep the
-# two sides from racing: only the IRQ claims a FREE slot (on a connection
+# two sides from racing: only the IRQ claims a _FREE slot (on a connection
 # event) and it writes `state` last; only the task moves a claimed slot on
-# and frees it (reset first, `state = FREE` last); a disconnect is a separate
+# and frees it (reset first, `state = _FREE` last); a disconnect is a separate
 # field (`gone`) the task never clears while the slot is in use. Everything
 # that calls the stack for set-up runs in the manager task.
 import asyncio
+import binascii
 
 from snake.platform import const, ticks_ms, ticks_diff, ticks_add
 from snake import platform
@@ -75,63 +76,56 @@ _EALREADY = const(114)
 _ENOTCONN = const(107)
 _ETIMEDOUT = const(110)
 
-LINK_BLE = 4
+_LINK_BLE = const(4)     # link.py LINK_BLE
 
 SVC_UUID_STR = "a3c8f4e0-6b1d-4e52-9c7a-0d5e2f8b1a60"
 RX_UUID_STR = "a3c8f4e0-6b1d-4e52-9c7a-0d5e2f8b1a61"
 TX_UUID_STR = "a3c8f4e0-6b1d-4e52-9c7a-0d5e2f8b1a62"
 
-ADV_VERSION = const(1)
-PREFIX_LEN = const(8)
+_ADV_VERSION = const(1)
+_PREFIX_LEN = const(8)
 _AD_SERVICE_DATA_128 = const(0x21)
 
-# Tunables (module level so a board can patch them before start()).
+# Timing and sizes. MTU and ADV_INTERVAL_US are module attributes (the
+# tests read them); the rest are const(): inlined, no name in the heap.
 # preferred ATT MTU: 247 is the largest whose packet (+ 4-byte L2CAP header)
 # fits one data-length-extended link-layer PDU (251 bytes), so a larger one
 # buys little throughput but doubles what every receive ring must hold
 MTU = 247
 ADV_INTERVAL_US = 100000
-SCAN_INTERVAL_US = 100000
-SCAN_WINDOW_US = 50000
-CONNECT_SCAN_MS = 2000      # gap_connect scan_duration_ms
-SETUP_TIMEOUT_MS = 5000     # connect .. service discovered
-MTU_WAIT_MS = 1500          # peripheral: hand the link over without MTU news after this
-SEND_STALL_MS = 4000        # stack out of buffers this long: the link is dead
-CLOSE_WAIT_MS = 3000        # gap_disconnect without an event after this: free the slot
-CANDIDATE_FRESH_MS = 3000   # an advertisement older than this is not acted on
-BACKOFF_MIN_MS = 500
-BACKOFF_MAX_MS = 16000
-YOUNG_LINK_MS = 5000        # a link that dies younger than this counts as a failure
-TICK_MS = 50
-N_CANDIDATES = 8
+_SCAN_INTERVAL_US = const(100000)
+_SCAN_WINDOW_US = const(50000)
+_CONNECT_SCAN_MS = const(2000)      # gap_connect scan_duration_ms
+_SETUP_TIMEOUT_MS = const(5000)     # connect .. service discovered
+_MTU_WAIT_MS = const(1500)          # peripheral: hand the link over without MTU news after this
+_SEND_STALL_MS = const(4000)        # stack out of buffers this long: the link is dead
+_CLOSE_WAIT_MS = const(3000)        # gap_disconnect without an event after this: free the slot
+_CANDIDATE_FRESH_MS = const(3000)   # an advertisement older than this is not acted on
+_BACKOFF_MIN_MS = const(500)
+_BACKOFF_MAX_MS = const(16000)
+_YOUNG_LINK_MS = const(5000)        # a link that dies younger than this counts as a failure
+_TICK_MS = const(50)
+_N_CANDIDATES = const(8)
 
 # slot states
-FREE = const(0)
-SETUP_MTU = const(2)    # central: connected, MTU exchange
-SETUP_SVC = const(3)    # central: discovering the service
-SETUP_CHR = const(4)    # central: discovering the characteristics
-PERIPH_WAIT = const(5)  # peripheral: connected, waiting for the MTU exchange
-UP = const(6)           # handed to the node as a Link
-DEAD = const(7)         # disconnected (IRQ); the manager frees it
+_FREE = const(0)
+_SETUP_MTU = const(2)    # central: connected, MTU exchange
+_SETUP_SVC = const(3)    # central: discovering the service
+_SETUP_CHR = const(4)    # central: discovering the characteristics
+_PERIPH_WAIT = const(5)  # peripheral: connected, waiting for the MTU exchange
+_UP = const(6)           # handed to the node as a Link
+_DEAD = const(7)         # disconnected (IRQ); the manager frees it
 
-CENTRAL = const(0)
-PERIPHERAL = const(1)
+_CENTRAL = const(0)
+_PERIPHERAL = const(1)
 
 STAT_NAMES = ("connects_out", "connects_in", "connect_fail", "setup_fail", "links_up",
               "disconnects", "refused_full", "overflow", "send_stall", "adv_errors",
               "scan_errors", "duplicate", "bytes_in", "bytes_out", "retries", "oom")
 
 
-def uuid_le(s):
-    """16 bytes, little-endian (air order), of a 128-bit UUID string."""
-    h = s.replace("-", "")
-    out = bytearray(16)
-    for i in range(16):
-        out[15 - i] = int(h[2 * i:2 * i + 2], 16)
-    return bytes(out)
-
-
-SVC_UUID_LE = uuid_le(SVC_UUID_STR)
+# the service UUID in air order (16 bytes, little-endian)
+SVC_UUID_LE = bytes(reversed(binascii.unhexlify(SVC_UUID_STR.replace("-", ""))))
 
 
 def adv_payload(key, free):
@@ -140,12 +134,12 @@ def adv_payload(key, free):
     b[0] = 2
     b[1] = 0x01
     b[2] = 0x06                       # LE general discoverable, no BR/EDR
-    b[3] = 1 + 16 + 2 + PREFIX_LEN    # 27
+    b[3] = 1 + 16 + 2 + _PREFIX_LEN    # 27
     b[4] = _AD_SERVICE_DATA_128
     b[5:21] = SVC_UUID_LE
-    b[21] = ADV_VERSION
+    b[21] = _ADV_VERSION
     b[22] = free if free < 255 else 255
-    b[23:31] = key[0:PREFIX_LEN]
+    b[23:31] = key[0:_PREFIX_LEN]
     return bytes(b)
 
 
@@ -161,13 +155,13 @@ def find_prefix(adv):
             return -1
         if i + 1 + ln > n:
             return -1
-        if adv[i + 1] == _AD_SERVICE_DATA_128 and ln >= 1 + 16 + 2 + PREFIX_LEN:
+        if adv[i + 1] == _AD_SERVICE_DATA_128 and ln >= 1 + 16 + 2 + _PREFIX_LEN:
             j = 0
             while j < 16:
                 if adv[i + 2 + j] != SVC_UUID_LE[j]:
                     break
                 j += 1
-            if j == 16 and adv[i + 18] == ADV_VERSION:
+            if j == 16 and adv[i + 18] == _ADV_VERSION:
                 return i + 20
         i += 1 + ln
     return -1
@@ -183,6 +177,10 @@ def _less(a, aoff, b, boff, n):
             return -1 if x < y else 1
         i += 1
     return 0
+
+
+def _mac(a):
+    return "%02x:%02x:%02x:%02x:%02x:%02x" % (a[0], a[1], a[2], a[3], a[4], a[5])
 
 
 def _copy(dst, src, soff, n):
@@ -265,13 +263,13 @@ class Slot(Ring):
         Ring.__init__(self, ring_size)
         self.index = index
         self.addr = bytearray(6)
-        self.state = FREE
+        self.state = _FREE
         self.gen = 0
         self.reset()
 
     def reset(self):
         self.conn = -1
-        self.role = CENTRAL
+        self.role = _CENTRAL
         self.addr_type = 0
         self.mtu = 23
         self.mtu_done = False
@@ -295,13 +293,13 @@ class Slot(Ring):
 class BleLink:
     """A connected GATT stream (snake/link.py contract)."""
 
-    link_type = LINK_BLE
+    link_type = _LINK_BLE
 
     def __init__(self, mgr, slot):
         self.m = mgr
         self.slot = slot
         self.gen = slot.gen
-        self.outbound = slot.role == CENTRAL
+        self.outbound = slot.role == _CENTRAL
 
         self.flag = new_flag()
         self.closed = False
@@ -309,13 +307,12 @@ class BleLink:
 
     @property
     def name(self):
-        a = self.slot.addr     # (made when asked for: logs)
-        return "ble %02x:%02x:%02x:%02x:%02x:%02x %s" % (
-            a[0], a[1], a[2], a[3], a[4], a[5], "central" if self.outbound else "peripheral")
+        # (made when asked for: logs)
+        return "ble %s %s" % (_mac(self.slot.addr), "central" if self.outbound else "peripheral")
 
     def _ok(self):
         s = self.slot
-        return (not self.closed and s.gen == self.gen and s.state == UP and not s.gone
+        return (not self.closed and s.gen == self.gen and s.state == _UP and not s.gone
                 and not s.kill and not s.closing and not s.overflow)
 
     @property
@@ -331,7 +328,7 @@ class BleLink:
             if n:
                 self.m.stats["bytes_in"] += n
                 return n
-            if s.state != UP or s.gone or s.kill or s.closing:
+            if s.state != _UP or s.gone or s.kill or s.closing:
                 return 0
             try:
                 await self.flag.wait()
@@ -340,44 +337,49 @@ class BleLink:
                     return 0
                 raise
 
+    def _write(self, mv, off, n):
+        """Hand the stack the next chunk of mv[off:n] (at most MTU-3 bytes,
+        one write or notify): its length; 0 when the stack is out of
+        buffers (the rest must wait); -1 when the link failed (closed)."""
+        m = self.m
+        s = self.slot
+        c = s.mtu - 3
+        if c > n - off:
+            c = n - off
+        try:
+            if s.role == _CENTRAL:
+                m.ble.gattc_write(s.conn, s.rx_handle, mv[off:off + c], 0)
+            else:
+                m.ble.gatts_notify(s.conn, m.tx_handle, mv[off:off + c])
+        except OSError as e:
+            code = e.args[0] if e.args else 0
+            if code == _ENOMEM or code == _EBUSY or code == _EAGAIN:
+                return 0
+            self.close()
+            return -1
+        m.stats["bytes_out"] += c
+        return c
+
     def try_send(self, buf, n, off):
         """The chunks the stack takes now (link.py: try_send)."""
         if not self._ok():
             return -1
-        if self._sending:
+        if self._sending or off >= n:
             return 0            # send() is part-way through the handshake
-        m = self.m
-        s = self.slot
-        ble = m.ble
+        mv = memoryview(buf)
         start = off
-        mv = None
         while off < n:
-            c = s.mtu - 3
-            if c > n - off:
-                c = n - off
-            if mv is None:
-                mv = memoryview(buf)
-            try:
-                if s.role == CENTRAL:
-                    ble.gattc_write(s.conn, s.rx_handle, mv[off:off + c], 0)
-                else:
-                    ble.gatts_notify(s.conn, m.tx_handle, mv[off:off + c])
-            except OSError as e:
-                code = e.args[0] if e.args else 0
-                if code == _ENOMEM or code == _EBUSY or code == _EAGAIN:
-                    break       # stack out of buffers: the rest is queued
-                self.close()
+            c = self._write(mv, off, n)
+            if c < 0:
                 return -1
+            if c == 0:
+                break           # stack out of buffers: the rest is queued
             off += c
-            m.stats["bytes_out"] += c
         return off - start
 
     async def send(self, buf, n):
         if not self._ok():
             raise OSError(_ENOTCONN)
-        m = self.m
-        s = self.slot
-        ble = m.ble
         mv = memoryview(buf)
         # one caller at a time (stream.run's handshake, before the node sends
         # frames with try_send); no asyncio.Lock: its module is heap
@@ -390,33 +392,23 @@ class BleLink:
             while off < n:
                 if not self._ok():
                     raise OSError(_ENOTCONN)
-                c = s.mtu - 3
-                if c > n - off:
-                    c = n - off
-                try:
-                    if s.role == CENTRAL:
-                        ble.gattc_write(s.conn, s.rx_handle, mv[off:off + c], 0)
-                    else:
-                        ble.gatts_notify(s.conn, m.tx_handle, mv[off:off + c])
-                except OSError as e:
-                    code = e.args[0] if e.args else 0
-                    if code == _ENOMEM or code == _EBUSY or code == _EAGAIN:
-                        # stack out of tx buffers: wait for the radio to drain
-                        m.stats["retries"] += 1
-                        if not stalled:
-                            stalled = True
-                            stall = ticks_ms()
-                        elif ticks_diff(ticks_ms(), stall) > SEND_STALL_MS:
-                            m.stats["send_stall"] += 1
-                            self.close()
-                            raise OSError(_ETIMEDOUT)
-                        await asyncio.sleep(0.005)
-                        continue
-                    self.close()
+                c = self._write(mv, off, n)
+                if c < 0:
                     raise OSError(_ENOTCONN)
+                if c == 0:
+                    # stack out of tx buffers: wait for the radio to drain
+                    self.m.stats["retries"] += 1
+                    if not stalled:
+                        stalled = True
+                        stall = ticks_ms()
+                    elif ticks_diff(ticks_ms(), stall) > _SEND_STALL_MS:
+                        self.m.stats["send_stall"] += 1
+                        self.close()
+                        raise OSError(_ETIMEDOUT)
+                    await asyncio.sleep(0.005)
+                    continue
                 stalled = False
                 off += c
-                m.stats["bytes_out"] += c
                 k += 1
                 if k & 3 == 0:
                     await asyncio.sleep(0)
@@ -428,7 +420,7 @@ class BleLink:
             return
         self.closed = True
         s = self.slot
-        if s.gen == self.gen and s.state != FREE:
+        if s.gen == self.gen and s.state != _FREE:
             s.kill = True
         self.flag.set()
 
@@ -454,12 +446,12 @@ class BleManager:
         self.slots = [Slot(i, ring) for i in range(self.nslots)]
         # candidates heard while scanning (preallocated; filled in the IRQ)
         # (byte arrays where a byte holds the value: less heap than lists)
-        self.c_addr = bytearray(6 * N_CANDIDATES)   # candidate i at 6*i
-        self.c_type = bytearray(N_CANDIDATES)
-        self.c_seen = [0] * N_CANDIDATES
-        self.c_used = bytearray(N_CANDIDATES)
-        self.c_wait = [0] * N_CANDIDATES     # ticks before which we do not try
-        self.c_fails = bytearray(N_CANDIDATES)
+        self.c_addr = bytearray(6 * _N_CANDIDATES)   # candidate i at 6*i
+        self.c_type = bytearray(_N_CANDIDATES)
+        self.c_seen = [0] * _N_CANDIDATES
+        self.c_used = bytearray(_N_CANDIDATES)
+        self.c_wait = [0] * _N_CANDIDATES     # ticks before which we do not try
+        self.c_fails = bytearray(_N_CANDIDATES)
         self.stats = {}
         for k in STAT_NAMES:
             self.stats[k] = 0
@@ -538,7 +530,7 @@ class BleManager:
     # ---------------------------------------------------------------- IRQ
     def _slot_conn(self, conn):
         for s in self.slots:
-            if s.conn == conn and s.state != FREE and not s.gone:
+            if s.conn == conn and s.state != _FREE and not s.gone:
                 return s
         return None
 
@@ -559,12 +551,12 @@ class BleManager:
                 return
             d = self.ble.gatts_read(h)
             s = self._slot_conn(conn)
-            if s is not None and s.role == PERIPHERAL:
+            if s is not None and s.role == _PERIPHERAL:
                 self._rx(s, d)
         elif event == _IRQ_GATTC_NOTIFY:
             conn, h, d = data
             s = self._slot_conn(conn)
-            if s is not None and s.role == CENTRAL and (s.tx_handle == 0 or h == s.tx_handle):
+            if s is not None and s.role == _CENTRAL and (s.tx_handle == 0 or h == s.tx_handle):
                 self._rx(s, d)
         elif event == _IRQ_SCAN_RESULT:
             addr_type, addr, adv_type, rssi, adv = data
@@ -582,7 +574,7 @@ class BleManager:
                 self.ble.gap_disconnect(conn)
                 return
             for s in self.slots:
-                if s.state != FREE and _less(s.addr, 0, addr, 0, 6) == 0:
+                if s.state != _FREE and _less(s.addr, 0, addr, 0, 6) == 0:
                     # the peer reconnected before we noticed the old link die
                     s.kill = True
                     self.stats["duplicate"] += 1
@@ -592,7 +584,7 @@ class BleManager:
                 self.stats["refused_full"] += 1
                 self.ble.gap_disconnect(conn)
                 return
-            self._claim(s, PERIPHERAL, conn, addr_type, addr, PERIPH_WAIT)
+            self._claim(s, _PERIPHERAL, conn, addr_type, addr, _PERIPH_WAIT)
             self.stats["connects_in"] += 1
         elif event == _IRQ_PERIPHERAL_CONNECT:
             conn, addr_type, addr = data
@@ -602,7 +594,7 @@ class BleManager:
                 self.ble.gap_disconnect(conn)
                 return
             self.p_active = False
-            self._claim(s, CENTRAL, conn, addr_type, addr, SETUP_MTU)
+            self._claim(s, _CENTRAL, conn, addr_type, addr, _SETUP_MTU)
             self.stats["connects_out"] += 1
         elif event == _IRQ_CENTRAL_DISCONNECT or event == _IRQ_PERIPHERAL_DISCONNECT:
             conn, addr_type, addr = data
@@ -643,7 +635,7 @@ class BleManager:
 
     def _heard(self, addr_type, addr, adv, off):
         # Only remember peers we are supposed to connect to: lower key initiates.
-        c = _less(self.key, 0, adv, off, PREFIX_LEN)
+        c = _less(self.key, 0, adv, off, _PREFIX_LEN)
         if c > 0 or (c == 0 and _less(self.addr, 0, addr, 0, 6) >= 0):
             return
         if adv[off - 1] == 0:        # peer has no free link slot
@@ -651,7 +643,7 @@ class BleManager:
         now = ticks_ms()
         free = -1
         oldest = -1
-        for i in range(N_CANDIDATES):
+        for i in range(_N_CANDIDATES):
             if self.c_used[i]:
                 if _less(self.c_addr, 6 * i, addr, 0, 6) == 0:
                     self.c_seen[i] = now
@@ -674,11 +666,11 @@ class BleManager:
         self.c_fails[i] = 0
 
     def _free_slot(self, keep):
-        # a FREE slot, provided `keep` others stay free
+        # a _FREE slot, provided `keep` others stay free
         found = None
         n = 0
         for s in self.slots:
-            if s.state == FREE:
+            if s.state == _FREE:
                 n += 1
                 if found is None:
                     found = s
@@ -709,12 +701,12 @@ class BleManager:
                 self.stats["oom"] += 1
                 import gc
                 gc.collect()
-            await asyncio.sleep(TICK_MS / 1000)
+            await asyncio.sleep(_TICK_MS / 1000)
 
     def _used(self):
         n = 1 if self.p_active else 0
         for s in self.slots:
-            if s.state != FREE:
+            if s.state != _FREE:
                 n += 1
         return n
 
@@ -725,23 +717,23 @@ class BleManager:
             f = self.c_fails[ci] + 1
             if f < 255:
                 self.c_fails[ci] = f
-            d = BACKOFF_MIN_MS << (f - 1 if f < 8 else 7)
-            if d > BACKOFF_MAX_MS:
-                d = BACKOFF_MAX_MS
+            d = _BACKOFF_MIN_MS << (f - 1 if f < 8 else 7)
+            if d > _BACKOFF_MAX_MS:
+                d = _BACKOFF_MAX_MS
         else:
             self.c_fails[ci] = 0
-            d = BACKOFF_MIN_MS
+            d = _BACKOFF_MIN_MS
         self.c_wait[ci] = ticks_add(now, d)
 
     def _cand_of(self, s):
-        for i in range(N_CANDIDATES):
+        for i in range(_N_CANDIDATES):
             if self.c_used[i] and _less(self.c_addr, 6 * i, s.addr, 0, 6) == 0:
                 return i
         return -1
 
     def _free(self, s, now):
-        failed = s.t_up == 0 or ticks_diff(now, s.t_up) < YOUNG_LINK_MS
-        if s.role == CENTRAL:
+        failed = s.t_up == 0 or ticks_diff(now, s.t_up) < _YOUNG_LINK_MS
+        if s.role == _CENTRAL:
             self._backoff(self._cand_of(s), now, failed)
         if s.t_up != 0:
             self.stats["disconnects"] += 1
@@ -749,7 +741,7 @@ class BleManager:
         if s.flag is not None:
             s.flag.set()
         s.reset()
-        s.state = FREE      # last: the IRQ may claim it from here on
+        s.state = _FREE      # last: the IRQ may claim it from here on
 
     def _kill(self, s, now):
         s.kill = False
@@ -765,7 +757,7 @@ class BleManager:
         except OSError:
             ok = False
         if not ok:
-            s.state = DEAD
+            s.state = _DEAD
 
     def step(self):
         """One manager pass (also called directly by tests)."""
@@ -773,9 +765,9 @@ class BleManager:
         now = ticks_ms()
         for s in self.slots:
             st = s.state
-            if st == FREE:
+            if st == _FREE:
                 continue
-            if st == DEAD or s.gone:
+            if st == _DEAD or s.gone:
                 self._free(s, now)
                 continue
             el = ticks_diff(now, s.t0)
@@ -785,44 +777,44 @@ class BleManager:
                 self._kill(s, now)
                 continue
             if s.closing:
-                if el > CLOSE_WAIT_MS:
-                    s.state = DEAD
+                if el > _CLOSE_WAIT_MS:
+                    s.state = _DEAD
                 continue
-            if st == SETUP_MTU:
+            if st == _SETUP_MTU:
                 if not s.req:
                     s.req = True
                     try:
                         ble.gattc_exchange_mtu(s.conn)
                     except OSError:
                         s.mtu_done = True  # keep the default MTU
-                if s.mtu_done or el > MTU_WAIT_MS:
-                    s.state = SETUP_SVC
+                if s.mtu_done or el > _MTU_WAIT_MS:
+                    s.state = _SETUP_SVC
                     s.disc_done = False
                     ble.gattc_discover_services(s.conn, self._uuid_svc)
-            elif st == SETUP_SVC:
+            elif st == _SETUP_SVC:
                 if s.disc_done:
                     if s.svc_end == 0:
                         self.stats["setup_fail"] += 1
                         s.kill = True
                     else:
-                        s.state = SETUP_CHR
+                        s.state = _SETUP_CHR
                         s.disc_done = False
                         ble.gattc_discover_characteristics(s.conn, s.svc_start, s.svc_end)
-                elif el > SETUP_TIMEOUT_MS:
+                elif el > _SETUP_TIMEOUT_MS:
                     self.stats["setup_fail"] += 1
                     s.kill = True
-            elif st == SETUP_CHR:
+            elif st == _SETUP_CHR:
                 if s.disc_done:
                     if s.rx_handle == 0 or s.tx_handle == 0:
                         self.stats["setup_fail"] += 1
                         s.kill = True
                     else:
                         self._up(s, now)
-                elif el > SETUP_TIMEOUT_MS:
+                elif el > _SETUP_TIMEOUT_MS:
                     self.stats["setup_fail"] += 1
                     s.kill = True
-            elif st == PERIPH_WAIT:
-                if s.mtu_done or el > MTU_WAIT_MS:
+            elif st == _PERIPH_WAIT:
+                if s.mtu_done or el > _MTU_WAIT_MS:
                     self._up(s, now)
         self._connect_attempt(now)
         self._radio(now)
@@ -835,13 +827,13 @@ class BleManager:
         if not self.p_active:
             return
         el = ticks_diff(now, self.p_t0)
-        if el > CONNECT_SCAN_MS + 1000 and not self.p_cancel:
+        if el > _CONNECT_SCAN_MS + 1000 and not self.p_cancel:
             self.p_cancel = True
             try:
                 self.ble.gap_connect(None)
             except OSError:
                 pass
-        elif el > CONNECT_SCAN_MS + 4000:
+        elif el > _CONNECT_SCAN_MS + 4000:
             # the stack never answered: give up on it
             self.p_active = False
             self.stats["connect_fail"] += 1
@@ -855,7 +847,7 @@ class BleManager:
             self.stats["oom"] += 1
             s.kill = True
             return
-        s.state = UP
+        s.state = _UP
         s.t_up = now if now != 0 else 1
         s.link = link
         s.flag = link.flag
@@ -883,7 +875,7 @@ class BleManager:
                 self.p_fail = False
                 self.p_active = True
                 try:
-                    ble.gap_connect(self.p_type, self.p_addr, CONNECT_SCAN_MS)
+                    ble.gap_connect(self.p_type, self.p_addr, _CONNECT_SCAN_MS)
                     self.scanning = False   # gap_connect stops the scan
                 except OSError:
                     self.p_active = False
@@ -892,7 +884,7 @@ class BleManager:
         # 2. scan whenever no connection attempt is pending
         if not self.p_active and not self.scanning:
             try:
-                ble.gap_scan(0, SCAN_INTERVAL_US, SCAN_WINDOW_US, False)
+                ble.gap_scan(0, _SCAN_INTERVAL_US, _SCAN_WINDOW_US, False)
                 self.scanning = True
             except OSError as e:
                 if e.args and e.args[0] == _EALREADY:
@@ -918,16 +910,16 @@ class BleManager:
             self.adv_free = 0
 
     def _pick(self, now):
-        for i in range(N_CANDIDATES):
+        for i in range(_N_CANDIDATES):
             if not self.c_used[i]:
                 continue
-            if ticks_diff(now, self.c_seen[i]) > CANDIDATE_FRESH_MS:
+            if ticks_diff(now, self.c_seen[i]) > _CANDIDATE_FRESH_MS:
                 continue
             if ticks_diff(now, self.c_wait[i]) < 0:
                 continue
             busy = False
             for s in self.slots:
-                if s.state != FREE and _less(s.addr, 0, self.c_addr, 6 * i, 6) == 0:
+                if s.state != _FREE and _less(s.addr, 0, self.c_addr, 6 * i, 6) == 0:
                     busy = True
                     break
             if not busy:
@@ -938,11 +930,10 @@ class BleManager:
     def snapshot(self):
         links = []
         for s in self.slots:
-            if s.state == FREE:
+            if s.state == _FREE:
                 continue
-            a = s.addr
-            links.append({"addr": "%02x:%02x:%02x:%02x:%02x:%02x" % (a[0], a[1], a[2], a[3], a[4], a[5]),
-                          "role": "central" if s.role == CENTRAL else "peripheral",
+            links.append({"addr": _mac(s.addr),
+                          "role": "central" if s.role == _CENTRAL else "peripheral",
                           "state": s.state, "mtu": s.mtu, "conn": s.conn})
         d = {"links": links, "limit": self.nslots, "advertising": self.advertising,
              "scanning": self.scanning}

@@ -241,7 +241,7 @@ def test_ble_manager_outlives_memory_error():
         m.running = True
         # a peripheral connection ready for hand-over (MTU exchanged)
         s = m.slots[0]
-        m._claim(s, ble.PERIPHERAL, 7, 0, bytes(6), ble.PERIPH_WAIT)
+        m._claim(s, ble._PERIPHERAL, 7, 0, bytes(6), ble._PERIPH_WAIT)
         s.mtu_done = True
         passes = []
         step = m.step
@@ -265,7 +265,7 @@ def test_ble_manager_outlives_memory_error():
         assert fake.disconnects == [7]
         m._irq(ble._IRQ_CENTRAL_DISCONNECT, (7, 0, bytes(6)))
         await asyncio.sleep(0.2)
-        assert s.state == ble.FREE
+        assert s.state == ble._FREE
         m.running = False
         await task
 
