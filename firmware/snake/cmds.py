@@ -7,6 +7,7 @@
 # command runs. It is imported once at boot too, so its qstrs are interned
 # while the heap is still unfragmented (stream.py, "Nothing new after boot").
 # Protocol and reply fields: console.py's header.
+import asyncio
 import binascii
 import sys
 
@@ -69,6 +70,40 @@ def version(c):
     except ImportError:
         d["crypto"] = None
     return d
+
+
+def boot_reply(c):
+    """The boot line's data (Console.boot): key, board, listeners and
+    warnings, or the boot error."""
+    d = {"re": "boot", "ok": c.node is not None}
+    n = c.node
+    if n is not None:
+        d["key"] = _hex(n.key)
+        d["board"] = n.profile.name
+        d["listen"] = n.listeners
+        if n.warnings:
+            d["warnings"] = n.warnings
+    else:
+        d["error"] = c.boot_error or "not running"
+    d["version"] = _router_version()
+    return d
+
+
+async def open_stdin():
+    """An asyncio reader for stdin with read(n), or None."""
+    stdin = getattr(sys.stdin, "buffer", sys.stdin)
+    proto = getattr(asyncio, "StreamReaderProtocol", None)
+    if proto is None:
+        # MicroPython: Stream polls any stream object (sys.stdin on a board)
+        return asyncio.StreamReader(stdin)
+    # CPython: a pipe transport over fd 0
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    try:
+        await loop.connect_read_pipe(lambda: proto(reader), sys.stdin)
+    except (OSError, ValueError):
+        return None
+    return reader
 
 
 def _need(args, lo, hi, usage):

@@ -117,23 +117,6 @@ def _out_stream():
     return getattr(sys.stdout, "buffer", sys.stdout)
 
 
-async def open_stdin():
-    """An asyncio reader for stdin with read(n), or None."""
-    stdin = getattr(sys.stdin, "buffer", sys.stdin)
-    proto = getattr(asyncio, "StreamReaderProtocol", None)
-    if proto is None:
-        # MicroPython: Stream polls any stream object (sys.stdin on a board)
-        return asyncio.StreamReader(stdin)
-    # CPython: a pipe transport over fd 0
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    try:
-        await loop.connect_read_pipe(lambda: proto(reader), sys.stdin)
-    except (OSError, ValueError):
-        return None
-    return reader
-
-
 class Console:
     def __init__(self, node=None, boot_error=None, out=None):
         self.node = None
@@ -266,20 +249,11 @@ class Console:
         self.emit(d)
 
     def boot(self):
-        d = {"re": "boot", "ok": self.node is not None}
-        n = self.node
-        if n is not None:
-            d["key"] = _hex(n.key)
-            d["board"] = n.profile.name
-            d["listen"] = n.listeners
-            if n.warnings:
-                d["warnings"] = n.warnings
-        else:
-            d["error"] = self.boot_error or "not running"
-        # the command code, loaded once now: its qstrs are interned while the
-        # heap is unfragmented (a later request only loads its code)
+        # the boot line, built by the command code: loaded once now, its
+        # qstrs are interned while the heap is unfragmented (a later request
+        # only loads its code)
         m = _cold()
-        d["version"] = m.version(self)["version"]
+        d = m.boot_reply(self)
         m = None
         _drop()
         self.emit(d)
@@ -289,7 +263,8 @@ class Console:
         """Serve requests from stdin (or `reader`: anything with an async
         read(n)) until EOF."""
         if reader is None:
-            reader = await open_stdin()
+            reader = await _cold().open_stdin()     # once: the boot code's
+            _drop()
         if reader is None:
             return
         line = bytearray(MAX_LINE)
