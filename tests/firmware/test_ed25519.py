@@ -332,19 +332,21 @@ def test_wnaf_digits_reconstruct():
 
 
 def test_base_tables_and_constants():
-    # the fixed-base tables written out as bytes are B, 3B, ..., 15B and the
-    # same multiples of [2^128]B as affine (y+x, y-x, 2dxy), recomputed here
-    # with the reference arithmetic; _btab gives them as cached points (Z = 1)
-    assert len(ed25519._BT) == 2 * 8 * 3 * 32
-    for off, base in ((0, BASE), (768, r_mul(1 << 128, BASE))):
+    # the fixed-base tables written out as bytes are B, 3B, 5B, 7B and the
+    # same multiples of [2^128]B as affine x, y, recomputed here with the
+    # reference arithmetic; _btab gives them as cached points (Z = 1)
+    assert len(ed25519._BT) == 2 * 4 * 2 * 32
+    for off, base in ((0, BASE), (256, r_mul(1 << 128, BASE))):
         tab = ed25519._btab(off)
-        assert len(tab) == 8
+        assert len(tab) == 4
         two = r_add(base, base)
         q = base
-        for j in range(8):
+        for j in range(4):
             zi = pow(q[2], P - 2, P)
             x = q[0] * zi % P
             y = q[1] * zi % P
+            o = off + 64 * j
+            assert ed25519._BT[o:o + 64] == x.to_bytes(32, "little") + y.to_bytes(32, "little"), (off, j)
             assert tab[j] == ((y + x) % P, (y - x) % P, 2, 2 * D * x * y % P), (off, j)
             q = r_add(q, two)
     assert ed25519._D == D and ed25519._SQRTM1 == SQRTM1 and ed25519._D2 == 2 * D % P
