@@ -113,8 +113,12 @@ def build_mpy(out_dir):
         if name.endswith(".py"):
             jobs.append((os.path.join(LIB_DIR, name), os.path.join(out_dir, "lib", name[:-3] + ".mpy")))
     for src, dst in jobs:
-        # no line-number tables, as `snakemesh deploy` builds them (heap)
-        r = subprocess.run([tool, "-X", "no-source-lines", "-o", dst, src], capture_output=True, text=True)
+        # as `snakemesh deploy` builds them: no line-number tables, and the
+        # source named by its path on the board (a qstr in the heap), not by
+        # this host's absolute path
+        rel = os.path.relpath(dst, out_dir)[:-4] + ".py"
+        r = subprocess.run([tool, "-X", "no-source-lines", "-s", rel, "-o", dst, src],
+                           capture_output=True, text=True)
         if r.returncode != 0:
             raise CliError("mpy-cross failed on %s: %s" % (src, (r.stderr or r.stdout).strip()))
     with open(os.path.join(FIRMWARE_DIR, "main.py")) as f:
