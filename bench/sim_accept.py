@@ -1,11 +1,13 @@
 """Large-mesh acceptance runs of the virtual-time simulator (issue 14).
 
     .venv/bin/python bench/sim_accept.py [--case NAME ...] [--quick] [--seed N]
-        [--out DIR] [--profile NAME] [--hub-profile NAME] [--gateway-root] [--json]
+        [--out DIR] [--profile NAME] [--hub-profile NAME] [--json]
 
 Each case is one `snakemesh sim` run (host_tools.sim.runner, the same code
 and the same figures as the CLI's truth.json) with ESP32 boards everywhere,
-optionally GATEWAY hubs; pings are a scripted ping-set after the deadline
+optionally GATEWAY hubs (with GATEWAY in the mesh, the simulator draws keys
+by the provisioning policy "a gateway is the root": every GATEWAY node's
+key sorts above every board's, host_tools/sim/keys.py); pings are a scripted ping-set after the deadline
 the case is judged at (100 random pairs x 2, 1 s apart); the case's targets
 are checked on the run's summary:
 
@@ -98,37 +100,6 @@ def mean_degree(out):
     return 2.0 * edges / len(nodes) if nodes else 0.0
 
 
-def gateway_root_keys():
-    """Experiment (--gateway-root; docs/CAPACITY.md): draw node keys so that
-    every hub-profile node's key has its top bit set and every other node's
-    has it clear (the seed is re-derived as NAME#1, NAME#2, ... until it
-    does), so that a gateway is the tree's root. The routing rules are the
-    seeds'; only which node holds the highest key changes. Patches the
-    simulator for this process."""
-    from host_tools.sim import harness
-    from host_tools.sim.keys import make_signer
-    if getattr(harness.Mesh, "_gateway_root", False):
-        return
-    orig = harness.Mesh._add_node
-
-    def _add_node(self, name):
-        hub = self._hub is not None and self.node_profiles.get(name) is self._hub
-        i = 0
-        while True:
-            s = make_signer(self.seed, name if i == 0 else "%s#%d" % (name, i))
-            if (s.public[0] >= 0x80) == hub:
-                break
-            i += 1
-        harness.make_signer = lambda seed, nm: s
-        try:
-            return orig(self, name)
-        finally:
-            harness.make_signer = make_signer
-
-    harness.Mesh._add_node = _add_node
-    harness.Mesh._gateway_root = True
-
-
 def run_case(name, quick=False, seed=1, out=None, progress=None, hub=None, profile=None):
     """Run one case; `hub` replaces the case's hub profile (where it has
     one), `profile` its base profile (e.g. ESP32_LARGE_MESH)."""
@@ -186,13 +157,8 @@ def main(argv=None):
                    help="hub profile of the cases that have one (default GATEWAY)")
     p.add_argument("--profile", default=None, metavar="NAME_OR_PATH",
                    help="base profile of every case (default ESP32_GENERIC, as the issue names it)")
-    p.add_argument("--gateway-root", action="store_true",
-                   help="experiment: hub-profile nodes get keys above every other node's, so a "
-                        "gateway is the root (docs/CAPACITY.md)")
     p.add_argument("--json", action="store_true", help="one JSON object per case, nothing else")
     a = p.parse_args(argv)
-    if a.gateway_root:
-        gateway_root_keys()
     bad = False
     for name in a.case or list(CASES):
         out = os.path.join(a.out, name) if a.out else None

@@ -4,6 +4,16 @@ A node key is a 32-byte ed25519 seed. On disk it is either the raw 32 bytes
 (what `snakemesh keygen` writes, mode 0600) or 64 hex digits (whitespace
 around them allowed). The seed is never printed; only the public key is.
 Public keys on the command line are 64 hex digits.
+
+Provisioning policy "a gateway is the root" (docs/CAPACITY.md): the tree's
+root is the node with the highest public key, and SNEK paths concentrate
+near the root, so the root should be a node with hub-sized tables. Nodes
+that run a root-candidate profile (ROOT_CANDIDATE_PROFILES: GATEWAY) get a
+key drawn until it starts with ROOT_PREFIX (0xffff); every other key is
+drawn again while it does. Any root-candidate key then sorts above any
+board key made by these tools; a board key made elsewhere beats it with
+probability 1 / 65,536. The routing rules and the wire format are the
+seeds': only who holds the highest key changes.
 """
 import binascii
 import os
@@ -39,6 +49,43 @@ def public_key(seed):
 
 def new_seed():
     return os.urandom(SEED_LEN)
+
+
+# Profiles (by their "name") whose nodes get root keys. Host-side on purpose:
+# the firmware never needs it (a node does not make its own key, and its
+# profile loader rejects keys it does not know).
+ROOT_CANDIDATE_PROFILES = ("GATEWAY",)
+# A root candidate's public key starts with these bytes; no other key made
+# here does. Two bytes: ~65,536 draws (~2 s with PyNaCl; docs/CAPACITY.md).
+ROOT_PREFIX = b"\xff\xff"
+
+
+def is_root_candidate(profile):
+    """True if nodes running `profile` (a snake.profile.Profile, a board
+    name or None = UNIX) get root keys."""
+    if profile is None:
+        return False
+    name = profile if isinstance(profile, str) else getattr(profile, "name", None)
+    return name in ROOT_CANDIDATE_PROFILES
+
+
+def is_root_key(pub, prefix=ROOT_PREFIX):
+    """True if public key `pub` (bytes) carries the root-candidate prefix."""
+    return bytes(pub[:len(prefix)]) == prefix
+
+
+def draw_seed(root, next_seed=new_seed, prefix=ROOT_PREFIX):
+    """(seed, public key, draws): seeds from next_seed() until the public
+    key starts with `prefix` (root=True) or does not (root=False).
+
+    A root key takes 256 ** len(prefix) draws on average (geometric)."""
+    n = 0
+    while True:
+        seed = next_seed()
+        n += 1
+        pub = public_key(seed)
+        if is_root_key(pub, prefix) == bool(root):
+            return seed, pub, n
 
 
 def _first_non_hex(text):
@@ -101,15 +148,21 @@ def load_seed(path, warn=True):
     return seed
 
 
+def check_target(path, force=False):
+    """InputError if write_seed(path, ..., force) would refuse `path` (a
+    folder, or an existing file without force)."""
+    if os.path.isdir(path):
+        raise InputError("%s is a directory; give a file name for the key" % path)
+    if os.path.lexists(path) and not force:
+        raise InputError("%s already exists; use --force to replace it (the old key is lost)" % path)
+
+
 def write_seed(path, seed, force=False):
     """Write the raw seed to `path` with mode 0600 (never wider, even for a
     moment). Refuses to replace an existing file unless force."""
     if len(seed) != SEED_LEN:
         raise KeyFormatError("a seed must be %d bytes" % SEED_LEN)
-    if os.path.isdir(path):
-        raise InputError("%s is a directory; give a file name for the key" % path)
-    if os.path.lexists(path) and not force:
-        raise InputError("%s already exists; use --force to replace it (the old key is lost)" % path)
+    check_target(path, force)
     d = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".snakemesh-key-", dir=d)   # created 0600

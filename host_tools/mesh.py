@@ -29,7 +29,7 @@ import time
 from host_tools.errors import CliError, InputError
 from host_tools.nodeproc import NodeProcess, free_port
 from host_tools.sim import topology as T
-from host_tools.sim.keys import node_seed
+from host_tools.sim.keys import policy_in_force, policy_seed
 
 LINK_NAMES = ("wifi", "ble", "remote")
 
@@ -117,9 +117,19 @@ class ProcessMesh(object):
         self._tel = None
         self.t0 = None
         self.probes = 0
+        # node keys as `sim` draws them, with the same policy "a gateway is
+        # the root" when a root-candidate profile (GATEWAY) is in the mesh
+        from host_tools import keystore
+        from snake.crypto import Signer
+        loaded = {}
+        for spec in set([profile or "UNIX", hub_profile] + list(self.node_profiles.values())):
+            if spec is not None:
+                loaded[spec] = PR.load(spec)
+        policy = policy_in_force(loaded.values())
+        self.seeds = {}          # name -> 32-byte seed
         for n in self.names:
-            s = node_seed(str(seed), n)
-            from snake.crypto import Signer
+            root = keystore.is_root_candidate(loaded[self.profile_of(n) or "UNIX"]) if policy else None
+            s = self.seeds[n] = policy_seed(str(seed), n, root)
             self.keys[n] = Signer(s).public
 
     # -- lifecycle -----------------------------------------------------------
@@ -175,7 +185,7 @@ class ProcessMesh(object):
             connect[hi].append(listen[lo])
         self._spec = {}
         for n in self.names:
-            self._spec[n] = dict(seed=node_seed(str(self.seed), n), listen=listen[n], connect=connect[n],
+            self._spec[n] = dict(seed=self.seeds[n], listen=listen[n], connect=connect[n],
                                  multicast=False, profile=self.profile_of(n), heapsize=self.heapsize,
                                  mpy_dir=self.mpy_dir, micropython=self.micropython, ble_medium=self.medium_addr if n in ble_nodes else None, ble_name=n)
             self._launch(n, boot_timeout)

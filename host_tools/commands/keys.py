@@ -1,6 +1,7 @@
 """`snakemesh keygen` and `snakemesh provision`: node identity keys.
 
     snakemesh keygen --out node1.key            # 32-byte seed, mode 0600
+    snakemesh keygen --out gw.key --profile GATEWAY   # a gateway: the root
     snakemesh provision --port P                # generate the key on the board
     snakemesh provision --port P --key-file node1.key [--force]
 
@@ -9,13 +10,22 @@ bytes). Only the public key is ever printed. A key generated on the board
 (os.urandom) never leaves it; a host key is copied from a 0600 temp file
 (never passed on a command line). An existing /key.bin is only replaced
 with --force, since that changes the node's identity.
+
+Provisioning policy "a gateway is the root" (host_tools/keystore.py,
+docs/CAPACITY.md): `keygen --profile GATEWAY` (a root-candidate profile)
+draws until the public key starts with 0xffff, so that the gateway is the
+tree's root; every other key made here (keygen without it, provision on
+the board) is drawn again in the rare case it starts with 0xffff.
+`provision` refuses to put a root key on a board unless --allow-root-key.
 """
 import os
+import sys
 import tempfile
+import time
 
 from host_tools import boards, keystore
 from host_tools.commands.deploy import DEFAULT_TOOL_TIMEOUT, Mpremote, parse_marker
-from host_tools.errors import CliError, DeviceError
+from host_tools.errors import CliError, DeviceError, InputError
 
 DEVICE_KEY = "/key.bin"
 
@@ -30,6 +40,10 @@ def register(subparsers):
         description="Write a new 32-byte ed25519 seed to FILE (mode 0600) and print its public key.")
     g.add_argument("--out", required=True, metavar="FILE", help="where to write the private key")
     g.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    g.add_argument("--profile", metavar="BOARD|FILE",
+                   help="the profile the node will run; a root candidate (%s) gets a key that sorts "
+                        "above every board's (its public key starts with ffff: ~65,000 draws, a few "
+                        "seconds), so it is the tree's root" % ", ".join(keystore.ROOT_CANDIDATE_PROFILES))
     boards.add_verbose(g)
     g.set_defaults(func=run_keygen)
 
@@ -43,6 +57,9 @@ def register(subparsers):
     src.add_argument("--on-device", action="store_true",
                      help="generate the key on the board with os.urandom (default; needs the firmware deployed)")
     p.add_argument("--force", action="store_true", help="replace the board's existing key")
+    p.add_argument("--allow-root-key", action="store_true",
+                   help="accept a --key-file whose key was made for a gateway (starts with ffff): "
+                        "the board would become the tree's root")
     p.add_argument("--no-reset", action="store_true",
                    help="do not reset the board afterwards (mpremote stops the running firmware)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TOOL_TIMEOUT,
@@ -67,7 +84,9 @@ def script_generate(force, root=""):
             "if public_key is None:\n print('SMKEY nofw')\n"
             "elif e and not F:\n print('SMKEY exists')\n"
             "else:\n"
-            " s=os.urandom(32)\n p=public_key(s)\n"
+            " while 1:\n"
+            "  s=os.urandom(32)\n  p=public_key(s)\n"
+            "  if p[0]!=255 or p[1]!=255:\n   break\n"
             " f=open(K+'.tmp','wb')\n f.write(s)\n f.close()\n s=None\n"
             " if e:\n  os.remove(K)\n"
             " os.rename(K+'.tmp',K)\n"
@@ -87,10 +106,21 @@ def script_check(root=""):
 
 
 def run_keygen(args):
-    seed = keystore.new_seed()
+    root = False
+    if args.profile is not None:
+        from host_tools.sim import profiles as PR
+        try:
+            root = keystore.is_root_candidate(PR.load(args.profile))
+        except PR.ProfileSpecError as e:
+            raise InputError("--profile: %s" % e)
+    keystore.check_target(args.out, args.force)        # before drawing for seconds
+    t0 = time.monotonic()
+    seed, pub, draws = keystore.draw_seed(root)
+    if root:
+        print("snakemesh: root key for a %s node: %d draws in %.1f s" % (
+            args.profile, draws, time.monotonic() - t0), file=sys.stderr)
     keystore.write_seed(args.out, seed, force=args.force)
-    pub = keystore.to_hex(keystore.public_key(seed))
-    print(pub)
+    print(keystore.to_hex(pub))
     return 0
 
 
@@ -111,7 +141,12 @@ def run_provision(args):
     pub = None
     if args.key_file:
         seed = keystore.load_seed(args.key_file)
-        pub = keystore.to_hex(keystore.public_key(seed))
+        pubkey = keystore.public_key(seed)
+        pub = keystore.to_hex(pubkey)
+        if keystore.is_root_key(pubkey) and not args.allow_root_key:
+            raise InputError("%s holds a gateway's key (public key %s...: it sorts above every board's, "
+                             "so this board would become the tree's root); give the board a key from "
+                             "`snakemesh keygen --out FILE`, or --allow-root-key" % (args.key_file, pub[:8]))
     boards.precheck_port(args.port)
     mp = Mpremote(args.port, timeout=args.timeout)
     # mpremote interrupts the running firmware: reset the board at the end

@@ -79,6 +79,26 @@ def _check_profile_file(profile):
         raise InputError("cannot read profile %s: %s" % (profile, e.strerror or e))
 
 
+def key_policy_warning(profile, pubkey):
+    """One line if the node's key does not follow the provisioning policy "a
+    gateway is the root" (host_tools/keystore.py) for `profile` (a board
+    name or a profile.json), else None. `pubkey`: 64 hex digits."""
+    from host_tools.sim import profiles as PR
+    try:
+        p = PR.load(profile)
+    except PR.ProfileSpecError:
+        return None                     # the node reports a bad profile itself
+    root = keystore.is_root_key(bytes.fromhex(pubkey))
+    if keystore.is_root_candidate(p) and not root:
+        return ("this node runs %s (a gateway) but its key does not start with %s, so it is not "
+                "the tree's root: make its key with `snakemesh keygen --out FILE --profile %s`"
+                % (p.name, keystore.ROOT_PREFIX.hex(), p.name))
+    if root and not keystore.is_root_candidate(p):
+        return ("this node's key starts with %s (made for a gateway) but it runs %s: it may become "
+                "the tree's root" % (keystore.ROOT_PREFIX.hex(), p.name))
+    return None
+
+
 def register(subparsers):
     p = subparsers.add_parser(
         "node", help="run a firmware node on the MicroPython unix port (join a mesh from this machine)",
@@ -152,7 +172,11 @@ def run(args):
         listen = node.boot.get("listen") or {}
         for name in sorted(listen):
             print("listen %s %s" % (name, listen[name]))
-        for w in node.boot.get("warnings") or []:
+        warnings = list(node.boot.get("warnings") or [])
+        w = key_policy_warning(args.profile, node.pubkey)
+        if w:
+            warnings.append(w)
+        for w in warnings:
             print("snakemesh: warning: %s" % w, file=sys.stderr)
         print("running; Ctrl-C stops the node")
         sys.stdout.flush()

@@ -46,7 +46,8 @@ import sys
 from host_tools.sim import probes as P
 from host_tools.sim import profiles as PR
 from host_tools.sim.engine import Engine, US_PER_MS, US_PER_S
-from host_tools.sim.keys import make_signer, hexkey
+from host_tools.sim.keys import make_signer, hexkey, policy_in_force
+from host_tools.keystore import is_root_candidate
 from host_tools.sim.links import (Endpoint, Link, LINK_TYPES, LINK_IDS, link_params,
                                   check_overrides)
 from host_tools.sim import topology as T
@@ -159,6 +160,10 @@ class Mesh:
         else:
             self._hub = None
         self._node_profile_names = set(node_profiles or ())
+        # provisioning policy "a gateway is the root" (sim/keys.py): in force
+        # when any profile of the run is a root candidate (GATEWAY)
+        self.root_policy = policy_in_force([self.profile, self._hub] +
+                                           list(self.node_profiles.values()))
         try:
             check_overrides(link_defaults)
         except ValueError as e:
@@ -231,12 +236,13 @@ class Mesh:
     def _add_node(self, name):
         if name in self.nodes_by_name:
             raise MeshError("node %s exists already" % name)
-        signer = make_signer(self.seed, name)
+        prof = self.node_profiles.get(name, self.profile)
+        signer = make_signer(self.seed, name,
+                             is_root_candidate(prof) if self.root_policy else None)
         key = bytes(signer.public)
         if key in self.names:
             raise MeshError("key collision between %s and %s" % (name, self.names[key]))
-        n = NodeState(self, name, len(self._nodes), key, signer,
-                      self.node_profiles.get(name, self.profile))
+        n = NodeState(self, name, len(self._nodes), key, signer, prof)
         n.phase = self.rng.randrange(self.tick_us)
         self._nodes.append(n)
         self.nodes_by_name[name] = n
