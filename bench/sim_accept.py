@@ -1,13 +1,13 @@
 """Large-mesh acceptance runs of the virtual-time simulator (issue 14).
 
     .venv/bin/python bench/sim_accept.py [--case NAME ...] [--quick] [--seed N]
-        [--out DIR] [--profile NAME] [--hub-profile NAME] [--json]
+        [--out DIR] [--profile NAME] [--hub-profile NAME] [--gateway-root] [--json]
 
 Each case is one `snakemesh sim` run (host_tools.sim.runner, the same code
 and the same figures as the CLI's truth.json) with ESP32 boards everywhere,
-optionally GATEWAY hubs (with GATEWAY in the mesh, the simulator draws keys
-by the provisioning policy "a gateway is the root": every GATEWAY node's
-key sorts above every board's, host_tools/sim/keys.py); pings are a scripted ping-set after the deadline
+optionally GATEWAY hubs (--gateway-root: keys by the provisioning policy "a
+gateway is the root", every GATEWAY node's key above every board's, as
+`snakemesh sim --gateway-root` draws them); pings are a scripted ping-set after the deadline
 the case is judged at (100 random pairs x 2, 1 s apart); the case's targets
 are checked on the run's summary:
 
@@ -100,9 +100,12 @@ def mean_degree(out):
     return 2.0 * edges / len(nodes) if nodes else 0.0
 
 
-def run_case(name, quick=False, seed=1, out=None, progress=None, hub=None, profile=None):
+def run_case(name, quick=False, seed=1, out=None, progress=None, hub=None, profile=None,
+             gateway_root=False):
     """Run one case; `hub` replaces the case's hub profile (where it has
-    one), `profile` its base profile (e.g. ESP32_LARGE_MESH)."""
+    one), `profile` its base profile (e.g. ESP32_LARGE_MESH); `gateway_root`
+    for the cases with a hub profile: keys by the policy "a gateway is the
+    root"."""
     import host_tools  # noqa: F401
     from host_tools.sim import runner
     case = dict((QUICK if quick else CASES)[name])
@@ -122,7 +125,7 @@ def run_case(name, quick=False, seed=1, out=None, progress=None, hub=None, profi
     try:
         s = runner.run(out, case["duration"], seed=seed, generate=case["generate"],
                        profile=case["profile"], hub_profile=case["hub"], scenario=scen,
-                       progress=progress)
+                       progress=progress, gateway_root=gateway_root and case["hub"] is not None)
         with open(os.path.join(out, "truth.json")) as f:
             truth = json.load(f)
         deg = mean_degree(out)
@@ -137,6 +140,7 @@ def run_case(name, quick=False, seed=1, out=None, progress=None, hub=None, profi
     return {
         "case": name, "quick": quick, "seed": seed, "generate": case["generate"],
         "profile": case["profile"], "hub_profile": case["hub"], "duration_s": case["duration"],
+        "gateway_root": bool(gateway_root and case["hub"] is not None),
         "ping_t": case["ping_t"], "nodes": s["nodes"], "edges": s["edges"],
         "mean_degree": round(deg, 2), "profiles": s["profiles"],
         "summary": s, "capacity_warnings_by_table": tables,
@@ -157,13 +161,16 @@ def main(argv=None):
                    help="hub profile of the cases that have one (default GATEWAY)")
     p.add_argument("--profile", default=None, metavar="NAME_OR_PATH",
                    help="base profile of every case (default ESP32_GENERIC, as the issue names it)")
+    p.add_argument("--gateway-root", action="store_true",
+                   help="keys by the provisioning policy 'a gateway is the root' in the cases with "
+                        "GATEWAY hubs (docs/CAPACITY.md)")
     p.add_argument("--json", action="store_true", help="one JSON object per case, nothing else")
     a = p.parse_args(argv)
     bad = False
     for name in a.case or list(CASES):
         out = os.path.join(a.out, name) if a.out else None
         r = run_case(name, a.quick, a.seed, out, progress=None if a.json else sys.stderr,
-                     hub=a.hub_profile, profile=a.profile)
+                     hub=a.hub_profile, profile=a.profile, gateway_root=a.gateway_root)
         bad = bad or not r["ok"]
         if a.json:
             print(json.dumps(r, sort_keys=True), flush=True)

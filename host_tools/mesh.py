@@ -85,7 +85,7 @@ def parse_topology(path):
 class ProcessMesh(object):
     def __init__(self, topology, out_dir, seed=1, profile="UNIX", ble_latency_ms=5.0,
                  heapsize=None, log=None, mpy=False, hub_profile=None, node_profiles=None,
-                 micropython=None):
+                 micropython=None, gateway_root=False):
         self.topology_path = topology
         self.names, self.edges = parse_topology(topology)
         self.out_dir = out_dir
@@ -117,15 +117,18 @@ class ProcessMesh(object):
         self._tel = None
         self.t0 = None
         self.probes = 0
-        # node keys as `sim` draws them, with the same policy "a gateway is
-        # the root" when a root-candidate profile (GATEWAY) is in the mesh
+        # node keys as `sim` draws them; gateway_root: with the policy "a
+        # gateway is the root" (root-candidate profiles above every other)
         from host_tools import keystore
         from snake.crypto import Signer
         loaded = {}
         for spec in set([profile or "UNIX", hub_profile] + list(self.node_profiles.values())):
             if spec is not None:
                 loaded[spec] = PR.load(spec)
-        policy = policy_in_force(loaded.values())
+        policy = bool(gateway_root)
+        if policy and not policy_in_force(loaded.values()):
+            raise InputError("--gateway-root needs a root-candidate profile (GATEWAY) in the mesh: "
+                             "--hub-profile GATEWAY or --node-profile NAME=GATEWAY")
         self.seeds = {}          # name -> 32-byte seed
         for n in self.names:
             root = keystore.is_root_candidate(loaded[self.profile_of(n) or "UNIX"]) if policy else None

@@ -80,20 +80,17 @@ def _check_profile_file(profile):
 
 
 def key_policy_warning(profile, pubkey):
-    """One line if the node's key does not follow the provisioning policy "a
-    gateway is the root" (host_tools/keystore.py) for `profile` (a board
-    name or a profile.json), else None. `pubkey`: 64 hex digits."""
+    """One line if the node holds a gateway's key (made by `keygen
+    --profile GATEWAY` for the provisioning policy "a gateway is the root",
+    host_tools/keystore.py) but does not run a root-candidate profile, else
+    None. `profile`: a board name or a profile.json; `pubkey`: 64 hex
+    digits. (A gateway without such a key is fine: the policy is optional.)"""
     from host_tools.sim import profiles as PR
     try:
         p = PR.load(profile)
     except PR.ProfileSpecError:
         return None                     # the node reports a bad profile itself
-    root = keystore.is_root_key(bytes.fromhex(pubkey))
-    if keystore.is_root_candidate(p) and not root:
-        return ("this node runs %s (a gateway) but its key does not start with %s, so it is not "
-                "the tree's root: make its key with `snakemesh keygen --out FILE --profile %s`"
-                % (p.name, keystore.ROOT_PREFIX.hex(), p.name))
-    if root and not keystore.is_root_candidate(p):
+    if keystore.is_root_key(bytes.fromhex(pubkey)) and not keystore.is_root_candidate(p):
         return ("this node's key starts with %s (made for a gateway) but it runs %s: it may become "
                 "the tree's root" % (keystore.ROOT_PREFIX.hex(), p.name))
     return None

@@ -62,6 +62,10 @@ def add_profile_options(p):
                         "max_peers (e.g. GATEWAY)")
     p.add_argument("--node-profile", action="append", default=[], metavar="NAME=PROFILE",
                    help="profile of one node (repeatable; wins over --hub-profile)")
+    p.add_argument("--gateway-root", action="store_true",
+                   help="node keys by the provisioning policy 'a gateway is the root': nodes on a "
+                        "root-candidate profile (GATEWAY) get keys above every other node's, as "
+                        "`snakemesh keygen --profile GATEWAY` makes them")
 
 
 def profile_options(args):
@@ -72,12 +76,19 @@ def profile_options(args):
         node_profiles = PR.parse_node_profiles(args.node_profile)
     except PR.ProfileSpecError as e:
         raise UsageError(str(e))
+    loaded = []
     try:
         for spec in [args.profile, args.hub_profile] + sorted(set(node_profiles.values())):
             if spec is not None:
-                PR.load(spec)
+                loaded.append(PR.load(spec))
     except PR.ProfileSpecError as e:
         raise InputError(str(e))
+    if getattr(args, "gateway_root", False):
+        from host_tools import keystore
+        if not any(keystore.is_root_candidate(p) for p in loaded):
+            raise UsageError("--gateway-root needs a root-candidate profile (%s) in the mesh: "
+                             "--hub-profile GATEWAY or --node-profile NAME=GATEWAY"
+                             % ", ".join(keystore.ROOT_CANDIDATE_PROFILES))
     return args.hub_profile, node_profiles
 
 
@@ -121,7 +132,8 @@ def run(args):
                        counters_interval=args.counters_interval, crash_detect_ms=crash,
                        progress=None if args.quiet else sys.stderr,
                        telemetry=not args.no_telemetry, profile_set=overrides,
-                       hop_limit=args.hop_limit, hub_profile=hub, node_profiles=node_profiles)
+                       hop_limit=args.hop_limit, hub_profile=hub, node_profiles=node_profiles,
+                       gateway_root=args.gateway_root)
     except (runner.RunError, MeshError) as e:
         raise InputError(str(e))
     print(runner.summary_line(s))

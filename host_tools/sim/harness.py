@@ -47,7 +47,7 @@ from host_tools.sim import probes as P
 from host_tools.sim import profiles as PR
 from host_tools.sim.engine import Engine, US_PER_MS, US_PER_S
 from host_tools.sim.keys import make_signer, hexkey, policy_in_force
-from host_tools.keystore import is_root_candidate
+from host_tools.keystore import ROOT_CANDIDATE_PROFILES, is_root_candidate
 from host_tools.sim.links import (Endpoint, Link, LINK_TYPES, LINK_IDS, link_params,
                                   check_overrides)
 from host_tools.sim import topology as T
@@ -134,7 +134,7 @@ class Mesh:
                  crash_detect_ms=0, reconnect_ms=2000, start_spread_ms=500, tick_ms=250,
                  tick_base_ms=0, probe_timeout_ms=5000, hop_limit=None, strict=True,
                  router_class=None, hub_profile=None, node_profiles=None, verify_memo=True,
-                 joins=()):
+                 joins=(), gateway_root=False):
         self.topology = as_topology(topology)
         self.seed = seed
         self.profile = load_profile(profile)
@@ -160,10 +160,14 @@ class Mesh:
         else:
             self._hub = None
         self._node_profile_names = set(node_profiles or ())
-        # provisioning policy "a gateway is the root" (sim/keys.py): in force
-        # when any profile of the run is a root candidate (GATEWAY)
-        self.root_policy = policy_in_force([self.profile, self._hub] +
-                                           list(self.node_profiles.values()))
+        # gateway_root: keys by the provisioning policy "a gateway is the
+        # root" (sim/keys.py), which needs a root-candidate profile (GATEWAY)
+        self.root_policy = bool(gateway_root)
+        if gateway_root and not policy_in_force([self.profile, self._hub] +
+                                                list(self.node_profiles.values())):
+            raise MeshError("--gateway-root needs a root-candidate profile (%s) in the mesh: "
+                            "--hub-profile GATEWAY or --node-profile NAME=GATEWAY"
+                            % ", ".join(ROOT_CANDIDATE_PROFILES))
         try:
             check_overrides(link_defaults)
         except ValueError as e:

@@ -4,16 +4,16 @@ The same seed and name always give the same key, so a run (and its
 telemetry) is reproducible and a node keeps its key across restarts.
 
 With the provisioning policy "a gateway is the root" (host_tools.keystore,
-docs/CAPACITY.md) in force, i.e. when the mesh has a root-candidate profile
-(GATEWAY) as its base, hub or a single node's profile, a node's key is drawn
+docs/CAPACITY.md) in force (`snakemesh sim/mesh --gateway-root`, which
+needs a root-candidate profile, GATEWAY, in the mesh), a node's key is drawn
 as `snakemesh keygen` draws it, deterministically: the seeds of
 sha256(seed_str + ":" + name + "\\n" + i) for i = 1, 2, ... are tried until
 the public key starts with SIM_ROOT_PREFIX (root candidates) or does not
 (every other node). Names hold no newline, so no redraw is another node's
 seed. One byte instead of keygen's two: the order it gives is the same
 (every root candidate above every other node, exactly), at 256 draws per
-gateway instead of 65,536 (a 1,000-node mesh has ~330 gateways). A mesh
-without a root-candidate profile keeps the plain keys.
+gateway instead of 65,536 (a 1,000-node mesh has ~330 gateways). Without
+it, every node keeps the plain key.
 """
 import binascii
 import hashlib

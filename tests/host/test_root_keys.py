@@ -19,7 +19,7 @@ from host_tools.commands import keys
 from host_tools.commands.node import key_policy_warning
 from host_tools.sim import keys as simkeys
 from host_tools.sim import topology as T
-from host_tools.sim.harness import Mesh
+from host_tools.sim.harness import Mesh, MeshError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PORT = "socket://127.0.0.1:9"     # the fake mpremote does not open it
@@ -176,26 +176,24 @@ def test_on_board_generation_redraws_a_root_prefixed_key(tmp_path, root_seed, mo
 
 # --------------------------------------------------------------------- node --
 
-def test_node_warns_when_its_key_does_not_follow_the_policy(root_seed):
+def test_node_warns_when_a_board_profile_runs_a_gateway_key(root_seed):
     board_pub = binascii.hexlify(nacl_pub(b"\x01" * 32)).decode()
     assert not board_pub.startswith("ffff")
     root_pub = binascii.hexlify(nacl_pub(root_seed)).decode()
-    w = key_policy_warning("GATEWAY", board_pub)
-    assert w == ("this node runs GATEWAY (a gateway) but its key does not start with ffff, so it is not "
-                 "the tree's root: make its key with `snakemesh keygen --out FILE --profile GATEWAY`")
-    assert key_policy_warning("GATEWAY", root_pub) is None
-    assert key_policy_warning("UNIX", board_pub) is None
     assert key_policy_warning("UNIX", root_pub) == (
         "this node's key starts with ffff (made for a gateway) but it runs UNIX: it may become the "
         "tree's root")
-    assert key_policy_warning("NOPE", board_pub) is None      # the node reports a bad profile
+    assert key_policy_warning("GATEWAY", root_pub) is None
+    assert key_policy_warning("GATEWAY", board_pub) is None   # the policy is optional
+    assert key_policy_warning("UNIX", board_pub) is None
+    assert key_policy_warning("NOPE", root_pub) is None       # the node reports a bad profile
 
 
 # --------------------------------------------------------------- simulator --
 
 def test_sim_gives_hub_gateways_the_highest_keys():
     topo = T.generate("ba:80:2", seed=3)
-    m = Mesh(topo, seed=5, profile="ESP32_GENERIC", hub_profile="GATEWAY")
+    m = Mesh(topo, seed=5, profile="ESP32_GENERIC", hub_profile="GATEWAY", gateway_root=True)
     gw = [n for n in m.nodes if m.router(n).profile.name == "GATEWAY"]
     boards = [n for n in m.nodes if n not in gw]
     assert gw and boards
@@ -204,18 +202,44 @@ def test_sim_gives_hub_gateways_the_highest_keys():
     assert max(m.key(n) for n in boards) < min(m.key(n) for n in gw)
     assert m.expected_root(m.nodes[0]) in gw
     # deterministic per seed, and different for another seed
-    again = Mesh(topo, seed=5, profile="ESP32_GENERIC", hub_profile="GATEWAY")
+    again = Mesh(topo, seed=5, profile="ESP32_GENERIC", hub_profile="GATEWAY", gateway_root=True)
     assert [again.key(n) for n in again.nodes] == [m.key(n) for n in m.nodes]
-    other = Mesh(topo, seed=6, profile="ESP32_GENERIC", hub_profile="GATEWAY")
+    other = Mesh(topo, seed=6, profile="ESP32_GENERIC", hub_profile="GATEWAY", gateway_root=True)
     assert [other.key(n) for n in gw] != [m.key(n) for n in gw]
 
 
-def test_sim_without_a_gateway_keeps_the_plain_keys():
-    topo = T.generate("ba:40:2", seed=3)
-    m = Mesh(topo, seed=5, profile="ESP32_GENERIC")
+def test_sim_without_the_policy_keeps_the_plain_keys():
+    topo = T.generate("ba:80:2", seed=3)
+    m = Mesh(topo, seed=5, profile="ESP32_GENERIC", hub_profile="GATEWAY")
     assert not m.root_policy
     for n in m.nodes:
         assert m.key(n) == nacl_pub(simkeys.node_seed(5, n))
+
+
+def test_sim_gateway_root_needs_a_gateway(tmp_path, capfd):
+    with pytest.raises(MeshError) as e:
+        Mesh("a b\nb c\n", seed=1, profile="UNIX", gateway_root=True)
+    assert "--gateway-root needs a root-candidate profile (GATEWAY)" in str(e.value)
+    rc = main(["sim", "--generate", "grid:3x3", "--duration", "5", "--out", str(tmp_path / "o"),
+               "--gateway-root", "-q"])
+    out, err = capfd.readouterr()
+    assert rc == 2 and out == ""
+    assert err.strip() == ("snakemesh: error: --gateway-root needs a root-candidate profile (GATEWAY) "
+                           "in the mesh: --hub-profile GATEWAY or --node-profile NAME=GATEWAY")
+    assert not (tmp_path / "o").exists()
+
+
+def test_sim_cli_gateway_root_puts_the_root_on_the_gateway(tmp_path, capfd):
+    import json
+    out = tmp_path / "o"
+    assert main(["sim", "--generate", "grid:3x3", "--duration", "20", "--out", str(out), "-q",
+                 "--node-profile", "1_1=GATEWAY", "--gateway-root"]) == 0
+    truth = json.loads((out / "truth.json").read_text())
+    keys = truth["nodes"]
+    assert keys["1_1"].startswith("ff") and max(keys.values()) == keys["1_1"]
+    assert not any(k.startswith("ff") for n, k in keys.items() if n != "1_1")
+    assert truth["params"]["gateway_root"] is True
+    assert truth["summary"]["snake_converged_s"] is not None      # the tree agreed on it
 
 
 def test_sim_a_single_gateway_node_becomes_the_root():
@@ -223,7 +247,8 @@ def test_sim_a_single_gateway_node_becomes_the_root():
     the routers build (seed rules, unchanged) has it as its root."""
     topo = T.generate("grid:4x4")
     name = topo.names[5]
-    m = Mesh(topo, seed=2, profile="ESP32_GENERIC", node_profiles={name: "GATEWAY"})
+    m = Mesh(topo, seed=2, profile="ESP32_GENERIC", node_profiles={name: "GATEWAY"},
+             gateway_root=True)
     assert m.expected_root(name) == name
     assert m.converge(timeout=60.0) is not None, m.problems()
     assert m.tree_converged()         # every node's root is the highest key: the gateway's
@@ -234,8 +259,9 @@ def test_process_mesh_draws_keys_as_the_simulator(tmp_path):
     topo = tmp_path / "t.txt"
     topo.write_text("a b\nb c\nc d\nd a\nb d\n")
     m = ProcessMesh(str(topo), str(tmp_path / "out"), seed=4, profile="UNIX",
-                    node_profiles={"c": "GATEWAY"})
-    sim = Mesh(topo.read_text(), seed=4, profile="UNIX", node_profiles={"c": "GATEWAY"})
+                    node_profiles={"c": "GATEWAY"}, gateway_root=True)
+    sim = Mesh(topo.read_text(), seed=4, profile="UNIX", node_profiles={"c": "GATEWAY"},
+               gateway_root=True)
     for n in "abcd":
         assert m.keys[n] == sim.key(n)
     assert m.keys["c"][:1] == simkeys.SIM_ROOT_PREFIX
