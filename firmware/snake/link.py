@@ -43,12 +43,13 @@
 import asyncio
 
 from snake import platform
+from snake.platform import const
 
 LINK_MULTICAST = 1
 LINK_REMOTE = 3
 LINK_BLE = 4
 
-_EBADF = 9
+_EBADF = const(9)
 _EAGAIN = (11, 35)       # Linux, macOS/BSD
 TX_HIGH = 65536     # CPython: bytes a TCP transport may hold before try_send waits
 
@@ -110,11 +111,19 @@ def peer_name(writer, default="?"):
 
 
 def host_port(addr):
-    """(dotted host str, port) from any recvfrom()/peername address.
-
-    snake.platform.sockaddr_host_port returns the host as 4 raw bytes on the
-    MicroPython unix port; this turns those into dotted form."""
-    host, port = platform.sockaddr_host_port(addr)
+    """(dotted host str, port) from any recvfrom()/peername address:
+    CPython and ESP32 give a tuple; the MicroPython unix port a raw sockaddr
+    that socket.sockaddr() decodes, with the host as 4 raw bytes."""
+    if isinstance(addr, tuple):
+        host, port = addr[0], addr[1]
+    else:
+        import socket
+        dec = socket.sockaddr(addr)
+        # unix port: (family, (host, port)) or (family, host, port) by version
+        if len(dec) == 2:
+            host, port = dec[1][0], dec[1][1]
+        else:
+            host, port = dec[1], dec[2]
     if isinstance(host, (bytes, bytearray)) and len(host) == 4:
         host = "%d.%d.%d.%d" % (host[0], host[1], host[2], host[3])
     return host, port

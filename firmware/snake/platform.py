@@ -14,6 +14,7 @@ if MICROPYTHON:
     import os as _os
 
     ticks_ms = _time.ticks_ms
+    ticks_us = _time.ticks_us      # same period: ticks_diff serves both
     ticks_add = _time.ticks_add
     ticks_diff = _time.ticks_diff
     sleep_ms = _time.sleep_ms
@@ -57,6 +58,9 @@ else:
 
     def ticks_ms():
         return ((_time.monotonic_ns() - _t0) // 1000000) & TICKS_MAX
+
+    def ticks_us():
+        return ((_time.monotonic_ns() - _t0) // 1000) & TICKS_MAX
 
     def ticks_add(t, d):
         return (t + d) & TICKS_MAX
@@ -102,24 +106,8 @@ try:
     import socket as _socket
     IP_ADD_MEMBERSHIP = getattr(_socket, "IP_ADD_MEMBERSHIP", 35)
     IP_MULTICAST_LOOP = getattr(_socket, "IP_MULTICAST_LOOP", 34)
-    IP_MULTICAST_TTL = getattr(_socket, "IP_MULTICAST_TTL", 33)
 except ImportError:  # pragma: no cover - every supported platform has socket
-    IP_ADD_MEMBERSHIP, IP_MULTICAST_LOOP, IP_MULTICAST_TTL = 35, 34, 33
-
-
-def sockaddr_host_port(addr):
-    """(host, port) from a recvfrom() address on any platform.
-
-    CPython gives a tuple; the MicroPython unix port gives a raw sockaddr
-    that socket.sockaddr() decodes; ESP32 gives a tuple."""
-    if isinstance(addr, tuple):
-        return addr[0], addr[1]
-    import socket
-    dec = socket.sockaddr(addr)
-    # unix port: (family, (host, port)) or (family, host, port) by version
-    if len(dec) == 2:
-        return dec[1][0], dec[1][1]
-    return dec[1], dec[2]
+    IP_ADD_MEMBERSHIP, IP_MULTICAST_LOOP = 35, 34
 
 
 def try_import(name):
@@ -128,16 +116,6 @@ def try_import(name):
         return __import__(name)
     except ImportError:
         return None
-
-
-def collect():
-    """Run the garbage collector where that is meaningful; return free heap
-    bytes (MicroPython) or -1 (CPython, no fixed heap)."""
-    import gc
-    gc.collect()
-    if MICROPYTHON:
-        return gc.mem_free()
-    return -1
 
 
 def heap_used():

@@ -28,21 +28,8 @@
 # router.receive): they are queued in a small preallocated ring and sent by
 # flush(), which the node calls right after each received frame and on
 # every tick. A full ring drops the reply (counted).
-import binascii
-
 from snake import platform
-from snake.platform import copy_into, ticks_ms
-
-try:
-    from time import ticks_us as _ticks_us, ticks_diff as _ticks_diff_us
-except ImportError:
-    # CPython: same wrap-around arithmetic as snake.platform's ticks
-    import time as _time
-
-    def _ticks_us():
-        return (_time.monotonic_ns() // 1000) & platform.TICKS_MASK
-
-    _ticks_diff_us = platform.ticks_diff
+from snake.platform import const, copy_into, ticks_ms, ticks_us, ticks_diff
 
 PING = 1
 PONG = 2
@@ -50,13 +37,11 @@ TRACE = 3
 TRACE_HOP = 4
 TRACE_END = 5
 PAYLOAD_LEN = 8
-KIND_NAMES = (None, "ping", "pong", "trace", "trace_hop", "trace_end")
 
-SLOTS = 12            # probes in flight (all sessions: a ping has <= 5 out, a trace 1)
+_SLOTS = const(12)    # probes in flight (all sessions: a ping has <= 5 out, a trace 1)
 PENDING = 6           # replies waiting to be sent
 MAX_SESSIONS = 2      # concurrent ping/trace commands
-TRACE_MAX_TTL = 32
-TRACE_MAX_SILENT = 3  # stop a trace after this many unanswered probes in a row
+_TRACE_MAX_TTL = const(32)
 
 
 def encode(buf, kind, pid, ttl):
@@ -92,10 +77,6 @@ def id_at(buf, off):
     return (buf[off + 3] << 24) | (buf[off + 4] << 16) | (buf[off + 5] << 8) | buf[off + 6]
 
 
-def _hex(b):
-    return binascii.hexlify(bytes(b)).decode()
-
-
 class ProbeBusy(Exception):
     pass
 
@@ -104,12 +85,12 @@ class Prober:
     def __init__(self, node):
         self.node = node
         # probes in flight
-        self.s_used = bytearray(SLOTS)
-        self.s_id = [0] * SLOTS
-        self.s_sent = [0] * SLOTS      # ticks_us at send
-        self.s_got = bytearray(SLOTS)  # reply kind received (0: none yet)
-        self.s_rtt = [0] * SLOTS       # us
-        self.s_from = bytearray(32 * SLOTS)   # who answered probe i: at 32*i
+        self.s_used = bytearray(_SLOTS)
+        self.s_id = [0] * _SLOTS
+        self.s_sent = [0] * _SLOTS      # ticks_us at send
+        self.s_got = bytearray(_SLOTS)  # reply kind received (0: none yet)
+        self.s_rtt = [0] * _SLOTS       # us
+        self.s_from = bytearray(32 * _SLOTS)   # who answered probe i: at 32*i
         # replies waiting to be sent: keys and payloads back to back (one
         # object each rather than one per entry: less heap), sent through
         # the scratch key / payload (router.send copies them into its frame)
@@ -163,9 +144,9 @@ class Prober:
 
     def _reply(self, src, kind, pid):
         i = 0
-        while i < SLOTS:
+        while i < _SLOTS:
             if self.s_used[i] and self.s_id[i] == pid and not self.s_got[i]:
-                self.s_rtt[i] = _ticks_diff_us(_ticks_us(), self.s_sent[i])
+                self.s_rtt[i] = ticks_diff(ticks_us(), self.s_sent[i])
                 self.s_got[i] = kind
                 copy_into(self.s_from, 32 * i, src, 0, 32)
                 return
@@ -191,21 +172,17 @@ class Prober:
                 self.stats["replies_dropped"] += 1
 
     # ---- probe sessions ---------------------------------------------------
-    def _new_id(self):
-        self.next_id = (self.next_id + 1) & 0xFFFFFFFF
-        return self.next_id
-
     def _send(self, dst, kind, ttl, hop_limit):
         i = 0
-        while i < SLOTS and self.s_used[i]:
+        while i < _SLOTS and self.s_used[i]:
             i += 1
-        if i == SLOTS:
+        if i == _SLOTS:
             return -1
-        pid = self._new_id()
+        pid = self.next_id = (self.next_id + 1) & 0xFFFFFFFF
         self.s_used[i] = 1
         self.s_id[i] = pid
         self.s_got[i] = 0
-        self.s_sent[i] = _ticks_us()
+        self.s_sent[i] = ticks_us()
         if not self.node.router.send(dst, make(kind, pid, ttl), ticks_ms(), hop_limit):
             self.s_got[i] = 255  # not sent (no route / queue full)
         return i
@@ -228,7 +205,7 @@ class Prober:
         m = _cold()
         return m.ping(self, dst, count, interval_ms, timeout_ms, reserved)
 
-    def trace(self, dst, max_ttl=TRACE_MAX_TTL, timeout_ms=2000, reserved=False):
+    def trace(self, dst, max_ttl=_TRACE_MAX_TTL, timeout_ms=2000, reserved=False):
         """Coroutine: hop-by-hop path to `dst`: {dst, ok, hops: [{key, rtt_ms}]}."""
         m = _cold()
         return m.trace(self, dst, max_ttl, timeout_ms, reserved)

@@ -5,11 +5,18 @@
 # code while it runs, and the heap is rid of it when it ends. Replying to
 # others' probes (probe.py: Prober.on_deliver/on_expired/flush) stays hot.
 import asyncio
+import binascii
 
 from snake import platform
-from snake.platform import ticks_ms
-from snake.probe import (ProbeBusy, PING, PONG, TRACE, TRACE_HOP, TRACE_END, TRACE_MAX_SILENT,
-                         _hex)
+from snake.platform import const, ticks_ms
+from snake.probe import ProbeBusy, PING, PONG, TRACE, TRACE_HOP, TRACE_END
+
+_TRACE_MAX_SILENT = const(3)  # stop a trace after this many unanswered probes in a row
+
+
+def _hex(b):
+    return binascii.hexlify(bytes(b)).decode()
+
 
 
 async def ping(pr, dst, count, interval_ms, timeout_ms, reserved):
@@ -47,6 +54,7 @@ async def ping(pr, dst, count, interval_ms, timeout_ms, reserved):
         pr.sessions -= 1
     return {"dst": _hex(dst), "sent": sent, "received": len(rtts), "rtts_ms": rtts}
 
+
 async def trace(pr, dst, max_ttl, timeout_ms, reserved):
     """Hop-by-hop path to `dst`: {dst, ok, hops: [{key, rtt_ms}]}."""
     if not reserved:
@@ -57,7 +65,7 @@ async def trace(pr, dst, max_ttl, timeout_ms, reserved):
     i = -1
     try:
         ttl = 1
-        while ttl <= max_ttl and not reached and silent < TRACE_MAX_SILENT:
+        while ttl <= max_ttl and not reached and silent < _TRACE_MAX_SILENT:
             i = pr._send(dst, TRACE, ttl, ttl)
             if i < 0:
                 raise ProbeBusy("busy: no probe slot free")
