@@ -64,11 +64,6 @@ _IRQ_GATTC_CHARACTERISTIC_DONE = const(12)
 _IRQ_GATTC_NOTIFY = const(18)
 _IRQ_MTU_EXCHANGED = const(21)
 
-_FLAG_READ = const(0x0002)
-_FLAG_WRITE_NO_RESPONSE = const(0x0004)
-_FLAG_WRITE = const(0x0008)
-_FLAG_NOTIFY = const(0x0010)
-
 _ENOMEM = const(12)
 _EAGAIN = const(11)
 _EBUSY = const(16)
@@ -105,10 +100,10 @@ _BACKOFF_MIN_MS = const(500)
 _BACKOFF_MAX_MS = const(16000)
 _YOUNG_LINK_MS = const(5000)        # a link that dies younger than this counts as a failure
 _TICK_MS = const(50)
-_N_CANDIDATES = const(8)
+_N_CANDIDATES = const(8)      # ble_cold.py has the same
 
 # slot states
-_FREE = const(0)
+_FREE = const(0)        # (_FREE, _CENTRAL: ble_cold.py has the same)
 _SETUP_MTU = const(2)    # central: connected, MTU exchange
 _SETUP_SVC = const(3)    # central: discovering the service
 _SETUP_CHR = const(4)    # central: discovering the characteristics
@@ -432,100 +427,20 @@ class BleManager:
     ready for the handshake (node.start_link). ble: a `bluetooth.BLE()`
     object (default: the singleton of the `bluetooth` module)."""
 
+    # construction, start, stop and snapshot run once or never while the
+    # node runs: snake/ble_cold.py, loaded for the call and dropped
     def __init__(self, profile, public_key, on_link, ble=None, gap_name=None):
-        self.profile = profile
-        self.key = bytes(public_key)
-        self.on_link = on_link
-        self.ble = ble
-        self.gap_name = gap_name or ("sm-%02x%02x%02x%02x" % (self.key[0], self.key[1],
-                                                                self.key[2], self.key[3]))
-        self.nslots = profile.ble_links
-        ring = getattr(profile, "ble_ring", 0) or profile.ble_queue * profile.frame_max
-        if ring < 2 * MTU:
-            ring = 2 * MTU
-        self.slots = [Slot(i, ring) for i in range(self.nslots)]
-        # candidates heard while scanning (preallocated; filled in the IRQ)
-        # (byte arrays where a byte holds the value: less heap than lists)
-        self.c_addr = bytearray(6 * _N_CANDIDATES)   # candidate i at 6*i
-        self.c_type = bytearray(_N_CANDIDATES)
-        self.c_seen = [0] * _N_CANDIDATES
-        self.c_used = bytearray(_N_CANDIDATES)
-        self.c_wait = [0] * _N_CANDIDATES     # ticks before which we do not try
-        self.c_fails = bytearray(_N_CANDIDATES)
-        self.stats = {}
-        for k in STAT_NAMES:
-            self.stats[k] = 0
-        self.rx_handle = 0
-        self.tx_handle = 0
-        self.addr = bytes(6)
-        self.advertising = False
-        self.adv_free = -1
-        self.scanning = False
-        self.running = False
-        self._task = None
-        # the one outstanding gap_connect (central role)
-        self.p_active = False
-        self.p_addr = bytearray(6)
-        self.p_type = 0
-        self.p_t0 = 0
-        self.p_cancel = False
-        self.p_fail = False
-        self.p_ci = -1
+        _cold().init(self, profile, public_key, on_link, ble, gap_name)
 
-    # ---------------------------------------------------------------- start
     def start(self):
         """Bring the radio up, register the service, start the manager task."""
-        if self.ble is None:
-            import bluetooth
-            self.ble = bluetooth.BLE()
-        ble = self.ble
-        import bluetooth as bt
-        ble.active(True)
-        try:
-            ble.config(mtu=MTU)
-        except (OSError, ValueError):
-            pass
-        try:
-            ble.config(gap_name=self.gap_name)
-        except (OSError, ValueError):
-            pass
-        ble.irq(self._irq)
-        svc = (bt.UUID(SVC_UUID_STR), (
-            (bt.UUID(RX_UUID_STR), _FLAG_WRITE | _FLAG_WRITE_NO_RESPONSE),
-            (bt.UUID(TX_UUID_STR), _FLAG_READ | _FLAG_NOTIFY),
-        ))
-        self._uuid_svc = svc[0]
-        self._uuid_rx = svc[1][0][0]
-        self._uuid_tx = svc[1][1][0]
-        ((self.rx_handle, self.tx_handle),) = ble.gatts_register_services((svc,))
-        # a write carries up to MTU-3 bytes; default buffer is 20
-        ble.gatts_set_buffer(self.rx_handle, MTU, False)
-        try:
-            self.addr = bytes(ble.config("mac")[1])
-        except (OSError, ValueError, TypeError, IndexError):
-            self.addr = bytes(6)
-        self.running = True
-        self._task = asyncio.create_task(self._run())
-        return self._task
+        return _cold().start(self)
 
     def stop(self):
-        self.running = False
-        ble = self.ble
-        for s in self.slots:
-            if s.link is not None:
-                s.link.close()
-            if s.conn >= 0:
-                try:
-                    ble.gap_disconnect(s.conn)
-                except OSError:
-                    pass
-        try:
-            ble.gap_advertise(None)
-            ble.gap_scan(None)
-        except OSError:
-            pass
-        self.advertising = False
-        self.scanning = False
+        _cold().stop(self)
+
+    def snapshot(self):
+        return _cold().snapshot(self)
 
     # ---------------------------------------------------------------- IRQ
     def _slot_conn(self, conn):
@@ -926,17 +841,9 @@ class BleManager:
                 return i
         return -1
 
-    # ---------------------------------------------------------------- info
-    def snapshot(self):
-        links = []
-        for s in self.slots:
-            if s.state == _FREE:
-                continue
-            links.append({"addr": _mac(s.addr),
-                          "role": "central" if s.role == _CENTRAL else "peripheral",
-                          "state": s.state, "mtu": s.mtu, "conn": s.conn})
-        d = {"links": links, "limit": self.nslots, "advertising": self.advertising,
-             "scanning": self.scanning}
-        for k in STAT_NAMES:
-            d[k] = self.stats[k]
-        return d
+
+def _cold():
+    from snake import ble_cold
+    if platform.MICROPYTHON:
+        platform.unload("snake.ble_cold")
+    return ble_cold
