@@ -247,10 +247,6 @@ class Ring:
         return m
 
 
-def new_flag():
-    return platform.irq_flag()
-
-
 class Slot(Ring):
     """A BLE connection slot; it is its own receive ring (one object)."""
 
@@ -296,7 +292,7 @@ class BleLink:
         self.gen = slot.gen
         self.outbound = slot.role == _CENTRAL
 
-        self.flag = new_flag()
+        self.flag = platform.irq_flag()
         self.closed = False
         self._sending = False   # send() is part-way through (the handshake)
 

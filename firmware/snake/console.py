@@ -113,15 +113,11 @@ def _hex(b):
     return binascii.hexlify(bytes(b)).decode()
 
 
-def _out_stream():
-    return getattr(sys.stdout, "buffer", sys.stdout)
-
-
 class Console:
     def __init__(self, node=None, boot_error=None, out=None):
         self.node = None
         self.boot_error = boot_error
-        self.out = out if out is not None else _out_stream()
+        self.out = out if out is not None else getattr(sys.stdout, "buffer", sys.stdout)
         self.dropped = 0           # output lines lost (stdout would block)
         self.cut = False           # the last line was cut short (see write)
         self.oom = 0               # replies lost to MemoryError

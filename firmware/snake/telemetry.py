@@ -5,8 +5,6 @@
 # or the telemetry stream asks for them.
 from snake.wire import TYPE_NAMES
 
-SCHEMA_VERSION = 1
-
 # Link types in the reference's numbering (docs/PROTOCOL_NOTES.md "Link types"); the
 # names are those of `peers` records.
 LINK_NAMES = ("local", "wifi", "bonjour", "remote", "ble")

@@ -218,14 +218,6 @@ class Frame:
         self.dcoords_len = 0
         self.scoords_off = 0
         self.scoords_len = 0
-        # end offset of the last varu64 read by _rv
-        self._vend = 0
-
-    def _rv(self, buf, off, end):
-        # read_varu64 that also records where the integer ends (no tuple)
-        v = _scan(buf, off, end)
-        self._vend = _end
-        return v
 
     def decode(self, buf, n):
         if n < HEADER_LEN or n > len(buf):
@@ -292,9 +284,9 @@ class Frame:
             self.wm_off = i
             i += _KEY
             self.wm_seq_off = i
-            self.wm_seq = self._rv(buf, i, n)
-            self.wm_seq_len = self._vend - i
-            i = self._vend
+            self.wm_seq = _scan(buf, i, n)
+            self.wm_seq_len = _end - i
+            i = _end
         else:
             self.has_wm = False
             self.wm_off = -1
@@ -309,14 +301,14 @@ class Frame:
     def _signed(self, buf, i, n):
         # varu64 seq | root key | varu64 root seq | signature, ending at n.
         self.signed_off = i
-        self.seq = self._rv(buf, i, n)
-        i = self._vend
+        self.seq = _scan(buf, i, n)
+        i = _end
         if i + _KEY >= n:
             raise WireError("short")
         self.root_off = i
         i += _KEY
-        self.root_seq = self._rv(buf, i, n)
-        i = self._vend
+        self.root_seq = _scan(buf, i, n)
+        i = _end
         self.sig_off = i
         self.signed_len = i - self.signed_off
         i += _SIG
@@ -335,8 +327,8 @@ class Frame:
         self.has_wm = True
         i = 12 + 2 * _KEY
         self.wm_seq_off = i
-        self.wm_seq = self._rv(buf, i, n)
-        i = self._vend
+        self.wm_seq = _scan(buf, i, n)
+        i = _end
         self.wm_seq_len = i - self.wm_seq_off
         if i + plen != n:
             raise WireError("length")
@@ -370,8 +362,8 @@ class Frame:
         if 12 + _KEY >= n:
             raise WireError("short")
         self.root_off = 12
-        self.root_seq = self._rv(buf, 12 + _KEY, n)
-        i = self._vend
+        self.root_seq = _scan(buf, 12 + _KEY, n)
+        i = _end
         ho = self.hop_off
         hp = self.hop_port
         hk = self.hop_key_off
@@ -382,8 +374,8 @@ class Frame:
             if h >= mx:
                 raise WireError("too_many_hops")
             ho[h] = i
-            hp[h] = self._rv(buf, i, n)
-            i = self._vend
+            hp[h] = _scan(buf, i, n)
+            i = _end
             if i + _HOP > n:
                 raise WireError("short")
             hk[h] = i
