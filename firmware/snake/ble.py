@@ -46,7 +46,7 @@
 import asyncio
 import binascii
 
-from snake.platform import const, ticks_ms, ticks_diff, ticks_add
+from snake.platform import const, copy_into, ticks_ms, ticks_diff, ticks_add
 from snake import platform
 
 
@@ -176,13 +176,6 @@ def _less(a, aoff, b, boff, n):
 
 def _mac(a):
     return "%02x:%02x:%02x:%02x:%02x:%02x" % (a[0], a[1], a[2], a[3], a[4], a[5])
-
-
-def _copy(dst, src, soff, n):
-    i = 0
-    while i < n:
-        dst[i] = src[soff + i]
-        i += 1
 
 
 class Ring:
@@ -594,7 +587,7 @@ class BleManager:
         s.role = role
         s.conn = conn
         s.addr_type = addr_type
-        _copy(s.addr, addr, 0, 6)
+        copy_into(s.addr, 0, addr, 0, 6)
         s.t0 = ticks_ms()
         s.state = state     # last: the task looks at a slot once this is set
 
@@ -779,7 +772,7 @@ class BleManager:
             ci = self._pick(now)
             if ci >= 0:
                 self.p_type = self.c_type[ci]
-                _copy(self.p_addr, self.c_addr, 6 * ci, 6)
+                copy_into(self.p_addr, 0, self.c_addr, 6 * ci, 6)
                 self.p_t0 = now
                 self.p_ci = ci
                 self.p_cancel = False

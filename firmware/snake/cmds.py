@@ -120,8 +120,8 @@ def mem(node, heap):
     d = {"heap": used + free, "used": used, "free": free, "largest_free": largest}
     m = node.meter
     if m is not None:
-        parts = m.as_dict()
-        parts["links_and_runtime"] = used - m.total()
+        parts = dict(zip(m.names, m.sizes))
+        parts["links_and_runtime"] = used - sum(m.sizes)
         d["parts"] = parts
     n = 0
     for lk in node.links:

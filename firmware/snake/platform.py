@@ -168,7 +168,8 @@ class Meter:
     (after a collection) from one mark to the next, per part. The parts are
     built once at boot and stay (fixed-size tables and buffers), so these
     figures hold for the node's whole run; what is allocated later (links,
-    their tasks and queues) is the rest of the live heap (console `mem`)."""
+    their tasks and queues) is the rest of the live heap (console `mem`,
+    snake/cmds.py, reads names and sizes)."""
 
     def __init__(self, base=None):
         self.names = []
@@ -187,16 +188,6 @@ class Meter:
             self.sizes.append(a - self.last)
         self.last = a
 
-    def total(self):
-        return sum(self.sizes)
-
-    def as_dict(self):
-        d = {}
-        i = 0
-        while i < len(self.names):
-            d[self.names[i]] = self.sizes[i]
-            i += 1
-        return d
 
 
 class _EventFlag:
