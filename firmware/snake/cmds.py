@@ -131,10 +131,37 @@ def mem(node, heap):
     return d
 
 
+def _printable(s, n=32):
+    b = bytearray(s.encode()[:n])
+    for i in range(len(b)):
+        if not 32 <= b[i] < 127:
+            b[i] = 63      # "?"
+    return b.decode()
+
+
 def dispatch(c, cmd, args, rid):
     """Run console command `cmd` for Console c: the reply's data, or None
-    when the reply comes later (ping, trace). c.heap: the heap figures taken
-    before this module was loaded (status, stats, mem)."""
+    when there is none to send now: the reply comes later (ping, trace) or
+    was an error reply, made here (a bad or unknown command, a bug in one
+    command: the node goes on). MemoryError goes to the caller (the console
+    answers it once this module has left the heap). c.heap: the heap figures
+    taken before this module was loaded (status, stats, mem)."""
+    if cmd not in COMMANDS:
+        c.bad_lines += 1
+        c.reply(_printable(cmd), rid, error="unknown command (try help)")
+        return None
+    try:
+        return _run(c, cmd, args, rid)
+    except ConsoleError as e:
+        c.reply(cmd, rid, error=str(e))
+    except MemoryError:
+        raise
+    except Exception as e:   # a bug in one command must not stop the node
+        c.reply(cmd, rid, error="internal error: %s" % type(e).__name__)
+    return None
+
+
+def _run(c, cmd, args, rid):
     if cmd == "help":
         _need(args, 0, 0, "help")
         return {"commands": list(COMMANDS)}

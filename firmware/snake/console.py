@@ -76,14 +76,6 @@ def _id_ok(s):
     return True
 
 
-def _printable(s, n=32):
-    b = bytearray(s.encode()[:n])
-    for i in range(len(b)):
-        if not 32 <= b[i] < 127:
-            b[i] = 63      # "?"
-    return b.decode()
-
-
 def parse_request(line):
     """bytes -> (id or None, command, [args]); ConsoleError on garbage.
 
@@ -309,30 +301,21 @@ class Console:
         if req is None:
             return
         rid, cmd, args = req
-        if cmd not in COMMANDS:
-            self.bad_lines += 1
-            self.reply(_printable(cmd), rid, error="unknown command (try help)")
-            return
         try:
+            # errors (unknown command, bad arguments) are answered by the
+            # command code itself; the data is sent once it has left the heap
             data = self.dispatch(cmd, args, rid)
-        except ConsoleError as e:
-            self.reply(cmd, rid, error=str(e))
-            return
+            if data is not None:
+                self.reply(cmd, rid, data)
         except MemoryError:
             self.oom_reply(cmd, rid)
-            return
-        except Exception as e:   # a bug in one command must not stop the node
+        except Exception as e:   # (the command code would not load): the node goes on
             self.reply(cmd, rid, error="internal error: %s" % type(e).__name__)
-            return
-        if data is not None:
-            try:
-                self.reply(cmd, rid, data)
-            except MemoryError:
-                self.oom_reply(cmd, rid)
 
     # ---- commands (snake/cmds.py, loaded per request) ----------------------
     def dispatch(self, cmd, args, rid):
-        """The reply's data for one command, None when it comes later."""
+        """The reply's data for one command, None when there is none to send
+        now (snake/cmds.py dispatch: later, or an error reply made there)."""
         self._measure(cmd)
         m = _cold()
         try:
