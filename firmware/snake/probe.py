@@ -38,7 +38,7 @@ TRACE_HOP = 4
 TRACE_END = 5
 PAYLOAD_LEN = 8
 
-_SLOTS = const(12)    # probes in flight (all sessions: a ping has <= 5 out, a trace 1)
+_SLOTS = const(12)    # (probing.py has the same) probes in flight (all sessions: a ping has <= 5 out, a trace 1)
 PENDING = 6           # replies waiting to be sent
 MAX_SESSIONS = 2      # concurrent ping/trace commands
 _TRACE_MAX_TTL = const(32)
@@ -83,28 +83,9 @@ class ProbeBusy(Exception):
 
 class Prober:
     def __init__(self, node):
-        self.node = node
-        # probes in flight
-        self.s_used = bytearray(_SLOTS)
-        self.s_id = [0] * _SLOTS
-        self.s_sent = [0] * _SLOTS      # ticks_us at send
-        self.s_got = bytearray(_SLOTS)  # reply kind received (0: none yet)
-        self.s_rtt = [0] * _SLOTS       # us
-        self.s_from = bytearray(32 * _SLOTS)   # who answered probe i: at 32*i
-        # replies waiting to be sent: keys and payloads back to back (one
-        # object each rather than one per entry: less heap), sent through
-        # the scratch key / payload (router.send copies them into its frame)
-        self.p_head = 0
-        self.p_count = 0
-        self.p_key = bytearray(32 * PENDING)
-        self.p_pl = bytearray(PAYLOAD_LEN * PENDING)
-        self.key1 = bytearray(32)
-        self.pl1 = bytearray(PAYLOAD_LEN)
-        self.sessions = 0
-        self.next_id = int.from_bytes(platform.urandom(4), "big") & 0x7FFFFFFF
-        self.stats = {"requests": 0, "replies_sent": 0, "replies_dropped": 0,
-                      "trace_expired": 0, "unmatched": 0}
-        _cold()   # loaded once at boot: its qstrs are interned now, not at the first ping
+        # built by snake/probing.py, which is loaded now, once at boot: its
+        # qstrs are interned now, not at the first ping
+        _cold().init(self, node)
 
     # ---- hooks called by the router (during receive) --------------------
     def _queue_reply(self, key_buf, key_off, kind, pid, ttl):

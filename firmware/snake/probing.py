@@ -1,4 +1,5 @@
-# ping and trace (snake/probe.py's cold half): the console's probe commands.
+# ping and trace (snake/probe.py's cold half): the console's probe commands,
+# and building the Prober (once, at boot).
 #
 # Prober.ping/trace load this module for one command and drop it from
 # sys.modules at once on MicroPython: the command's coroutine keeps the
@@ -9,14 +10,39 @@ import binascii
 
 from snake import platform
 from snake.platform import const, ticks_ms
-from snake.probe import ProbeBusy, PING, PONG, TRACE, TRACE_HOP, TRACE_END
+from snake.probe import ProbeBusy, PING, PONG, TRACE, TRACE_HOP, TRACE_END, PENDING, PAYLOAD_LEN
 
 _TRACE_MAX_SILENT = const(3)  # stop a trace after this many unanswered probes in a row
+_SLOTS = const(12)            # the same as in probe.py
 
 
 def _hex(b):
     return binascii.hexlify(bytes(b)).decode()
 
+
+def init(pr, node):
+    # Prober.__init__
+    pr.node = node
+    # probes in flight
+    pr.s_used = bytearray(_SLOTS)
+    pr.s_id = [0] * _SLOTS
+    pr.s_sent = [0] * _SLOTS      # ticks_us at send
+    pr.s_got = bytearray(_SLOTS)  # reply kind received (0: none yet)
+    pr.s_rtt = [0] * _SLOTS       # us
+    pr.s_from = bytearray(32 * _SLOTS)   # who answered probe i: at 32*i
+    # replies waiting to be sent: keys and payloads back to back (one
+    # object each rather than one per entry: less heap), sent through
+    # the scratch key / payload (router.send copies them into its frame)
+    pr.p_head = 0
+    pr.p_count = 0
+    pr.p_key = bytearray(32 * PENDING)
+    pr.p_pl = bytearray(PAYLOAD_LEN * PENDING)
+    pr.key1 = bytearray(32)
+    pr.pl1 = bytearray(PAYLOAD_LEN)
+    pr.sessions = 0
+    pr.next_id = int.from_bytes(platform.urandom(4), "big") & 0x7FFFFFFF
+    pr.stats = {"requests": 0, "replies_sent": 0, "replies_dropped": 0,
+                "trace_expired": 0, "unmatched": 0}
 
 
 async def ping(pr, dst, count, interval_ms, timeout_ms, reserved):
