@@ -45,17 +45,18 @@ import json
 import sys
 
 from snake import platform
+from snake.platform import const
 
 PREFIX = b"@sm "
 # preallocated replies for when building the real one fails
 _OOM_LINE = b'@sm {"re": "", "ok": false, "error": "out of memory"}\n'
 _UNSERIALISABLE = b'@sm {"re": "", "ok": false, "error": "unserialisable reply"}\n'
 MAX_LINE = 256
-MAX_ID = 16
+_MAX_ID = const(16)
 SCHEMA_VERSION = 1
 COMMANDS = ("help", "version", "status", "peers", "tree", "snake", "routes", "stats",
             "mem", "ping", "trace", "telemetry")
-WRITE_WAIT_MS = 100        # a full output that takes nothing this long cuts the line
+_WRITE_WAIT_MS = const(100)        # a full output that takes nothing this long cuts the line
 _EAGAIN = (11, 35)         # EAGAIN on Linux, on macOS/BSD
 
 
@@ -68,7 +69,7 @@ class ConsoleError(Exception):
 # a new qstr pool the fragmented heap cannot give (stream.py, "Nothing new
 # after boot"); a console fed odd characters would also grow the pool forever.
 def _id_ok(s):
-    if not s or len(s) > MAX_ID:
+    if not s or len(s) > _MAX_ID:
         return False
     for c in s.encode():
         if not (48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95 or c == 46 or c == 45):
@@ -130,7 +131,7 @@ class Console:
     def write(self, data):
         """Write one whole output line. The output may be non-blocking (a
         pty or pipe nobody drains fast enough): a short write is continued;
-        when the output takes nothing for WRITE_WAIT_MS, the rest of the
+        when the output takes nothing for _WRITE_WAIT_MS, the rest of the
         line is dropped (counted in dropped_lines) and the
         next write first ends the cut line, so a parser sees one bad line
         and resynchronises instead of losing the next reply too."""
@@ -164,7 +165,7 @@ class Console:
                 if mv is None and off < n:
                     mv = memoryview(data)
                 continue
-            if waited >= WRITE_WAIT_MS:
+            if waited >= _WRITE_WAIT_MS:
                 return False
             platform.sleep_ms(2)
             waited += 2

@@ -47,11 +47,10 @@ from snake.platform import const
 
 LINK_MULTICAST = 1
 LINK_REMOTE = 3
-LINK_BLE = 4
 
 _EBADF = const(9)
 _EAGAIN = (11, 35)       # Linux, macOS/BSD
-TX_HIGH = 65536     # CPython: bytes a TCP transport may hold before try_send waits
+_TX_HIGH = const(65536)     # CPython: bytes a TCP transport may hold before try_send waits
 
 
 def _current_task():
@@ -174,7 +173,7 @@ class TcpLink:
             if tr.is_closing():
                 self.close()
                 return -1
-            if tr.get_write_buffer_size() > TX_HIGH:
+            if tr.get_write_buffer_size() > _TX_HIGH:
                 return 0
             self.w.write(bytes(buf[off:n]))
             return n - off

@@ -10,7 +10,7 @@
 #     shorter than 34 bytes are ignored. On a beacon from a key we have no
 #     multicast link to (and are not dialling), dial the sender's address and
 #     advertised port: at once when our key is the lower one, else only when
-#     that key keeps beaconing without a link for DIAL_GRACE_MS (so two
+#     that key keeps beaconing without a link for _DIAL_GRACE_MS (so two
 #     nodes normally do not dial each other at the same moment; the
 #     duplicate rule in node.link_up settles it when they do).
 #   - Two TCP listeners, as in the reference implementation: the multicast
@@ -29,19 +29,19 @@
 import asyncio
 
 from snake import platform, stream
-from snake.platform import ticks_ms, ticks_diff
+from snake.platform import const, ticks_ms, ticks_diff
 from snake.link import (TcpLink, LINK_MULTICAST, LINK_REMOTE, set_nodelay, host_port,
                         open_tcp, close_stream)
 
 GROUP = "224.0.0.114"
 MCAST_PORT = 60606
-BEACON_LEN = 34
-BEACON_MS = 2000
-POLL_MS = 100
-DIAL_GRACE_MS = 6000     # the higher key dials only after hearing this long
-DIAL_RETRY_MS = 5000     # after a failed dial to a key
-DIAL_TIMEOUT_S = 5
-SEEN_MAX = 16            # remembered beacon senders
+_BEACON_LEN = const(34)
+_BEACON_MS = const(2000)
+_POLL_MS = const(100)
+_DIAL_GRACE_MS = const(6000)     # the higher key dials only after hearing this long
+_DIAL_RETRY_MS = const(5000)     # after a failed dial to a key
+_DIAL_TIMEOUT_S = const(5)
+_SEEN_MAX = const(16)            # remembered beacon senders
 STATIC_BACKOFF_MS = (1000, 2000, 4000, 8000, 16000)
 
 
@@ -71,7 +71,7 @@ class Wifi:
         self.mc_port = 0          # multicast TCP listener port (in the beacon)
         self.static_port = 0
         self.servers = []
-        self.beacon = bytearray(BEACON_LEN)
+        self.beacon = bytearray(_BEACON_LEN)
         # beacon senders: key -> [first heard ticks, last heard, retry-after ticks, dialling]
         self.seen = {}
         self.tasks = []
@@ -108,7 +108,7 @@ class Wifi:
                 self.stats["beacons_tx"] += 1
             except OSError:
                 self.stats["beacon_tx_fail"] += 1
-            await _sleep_ms(BEACON_MS)
+            await _sleep_ms(_BEACON_MS)
 
     async def _beacon_rx(self):
         s = self.sock
@@ -122,11 +122,11 @@ class Wifi:
                 except MemoryError:
                     self.node.oom()
                     break
-            await _sleep_ms(POLL_MS)
+            await _sleep_ms(_POLL_MS)
 
     def on_beacon(self, data, addr):
         node = self.node
-        if len(data) < BEACON_LEN:
+        if len(data) < _BEACON_LEN:
             self.stats["beacons_short"] += 1
             return
         key = bytes(data[0:32])
@@ -137,7 +137,7 @@ class Wifi:
         now = ticks_ms()
         e = self.seen.get(key)
         if e is None:
-            if len(self.seen) >= SEEN_MAX:
+            if len(self.seen) >= _SEEN_MAX:
                 self._forget_oldest()
             e = [now, now, now, False]
             self.seen[key] = e
@@ -146,7 +146,7 @@ class Wifi:
             return
         if ticks_diff(now, e[2]) < 0:
             return     # retry later
-        if node.key > key and ticks_diff(now, e[0]) < DIAL_GRACE_MS:
+        if node.key > key and ticks_diff(now, e[0]) < _DIAL_GRACE_MS:
             return     # the lower key dials first
         if not node.router.free_port():
             return
@@ -172,15 +172,15 @@ class Wifi:
     async def _dial_beacon(self, key, host, port):
         node = self.node
         e = self.seen.get(key)
-        retry = DIAL_RETRY_MS // 5
+        retry = _DIAL_RETRY_MS // 5
         try:
             node.stat("dials")
             try:
-                link = await open_tcp(host, port, LINK_MULTICAST, DIAL_TIMEOUT_S)
+                link = await open_tcp(host, port, LINK_MULTICAST, _DIAL_TIMEOUT_S)
             except OSError as e:
                 node.stat("dial_fail")
                 node.log("dial %s:%d failed: %s" % (host, port, _err(e)))
-                retry = DIAL_RETRY_MS
+                retry = _DIAL_RETRY_MS
                 return
             await stream.run(node, link)
         finally:
@@ -203,7 +203,7 @@ class Wifi:
             node.stat("dials")
             i = fails if fails < len(STATIC_BACKOFF_MS) else len(STATIC_BACKOFF_MS) - 1
             try:
-                link = await open_tcp(host, port, LINK_REMOTE, DIAL_TIMEOUT_S)
+                link = await open_tcp(host, port, LINK_REMOTE, _DIAL_TIMEOUT_S)
             except OSError as e:
                 node.stat("dial_fail")
                 node.log("dial %s:%d failed: %s; retry in %d s" % (host, port, _err(e),
