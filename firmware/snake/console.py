@@ -48,8 +48,10 @@ from snake import platform
 from snake.platform import const
 
 PREFIX = b"@sm "
-# preallocated replies for when building the real one fails
-_OOM_LINE = b'@sm {"re": "", "ok": false, "error": "out of memory"}\n'
+# the out-of-memory reply (re, then the id field or nothing), and it
+# preallocated for when even formatting that fails
+_OOM = b'@sm {"re": "%s", %s"ok": false, "error": "out of memory"}\n'
+_OOM_LINE = _OOM % (b"", b"")
 _UNSERIALISABLE = b'@sm {"re": "", "ok": false, "error": "unserialisable reply"}\n'
 MAX_LINE = 256
 _MAX_ID = const(16)
@@ -211,11 +213,7 @@ class Console:
         """An out-of-memory error reply, built with as little memory as possible."""
         self.oom += 1
         try:
-            if rid is None:
-                self.write(b'@sm {"re": "%s", "ok": false, "error": "out of memory"}\n' % re.encode())
-            else:
-                self.write(b'@sm {"re": "%s", "id": "%s", "ok": false, "error": "out of memory"}\n'
-                           % (re.encode(), rid.encode()))
+            self.write(_OOM % (re.encode(), b"" if rid is None else b'"id": "%s", ' % rid.encode()))
         except MemoryError:
             self.write(_OOM_LINE)
 
