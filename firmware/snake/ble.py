@@ -174,10 +174,6 @@ def _less(a, aoff, b, boff, n):
     return 0
 
 
-def _mac(a):
-    return "%02x:%02x:%02x:%02x:%02x:%02x" % (a[0], a[1], a[2], a[3], a[4], a[5])
-
-
 class Ring:
     """Byte ring, single producer (IRQ) / single consumer (reader task).
 
@@ -291,8 +287,9 @@ class BleLink:
 
     @property
     def name(self):
-        # (made when asked for: logs)
-        return "ble %s %s" % (_mac(self.slot.addr), "central" if self.outbound else "peripheral")
+        a = self.slot.addr     # (made when asked for: logs)
+        return "ble %02x:%02x:%02x:%02x:%02x:%02x %s" % (
+            a[0], a[1], a[2], a[3], a[4], a[5], "central" if self.outbound else "peripheral")
 
     def _ok(self):
         s = self.slot

@@ -9,7 +9,7 @@
 import asyncio
 
 from snake.platform import const
-from snake.ble import MTU, STAT_NAMES, SVC_UUID_STR, RX_UUID_STR, TX_UUID_STR, Slot, _mac
+from snake.ble import MTU, STAT_NAMES, SVC_UUID_STR, RX_UUID_STR, TX_UUID_STR, Slot
 
 # the same values as in ble.py (const(): not importable from there)
 _N_CANDIDATES = const(8)
@@ -127,7 +127,8 @@ def snapshot(m):
     for s in m.slots:
         if s.state == _FREE:
             continue
-        links.append({"addr": _mac(s.addr),
+        a = s.addr
+        links.append({"addr": "%02x:%02x:%02x:%02x:%02x:%02x" % (a[0], a[1], a[2], a[3], a[4], a[5]),
                       "role": "central" if s.role == _CENTRAL else "peripheral",
                       "state": s.state, "mtu": s.mtu, "conn": s.conn})
     d = {"links": links, "limit": m.nslots, "advertising": m.advertising,

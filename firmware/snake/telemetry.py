@@ -65,15 +65,25 @@ class Counters:
         self.originated = 0       # traffic frames we sent
 
     def as_dict(self):
+        rx = {}
+        tx = {}
+        txb = {}
+        for i in range(len(TYPE_NAMES)):
+            rx[TYPE_NAMES[i]] = self.rx[i]
+            tx[TYPE_NAMES[i]] = self.tx[i]
+            txb[TYPE_NAMES[i]] = self.tx_bytes_hi[i] * BYTES_CARRY + self.tx_bytes[i]
+        txl = {}
+        txbl = {}
+        for i in range(len(LINK_NAMES)):
+            txl[LINK_NAMES[i]] = self.tx_link[i]
+            txbl[LINK_NAMES[i]] = self.tx_bytes_link_hi[i] * BYTES_CARRY + self.tx_bytes_link[i]
         drops = {}
         for i in range(len(DROP_NAMES)):
             if self.drops[i]:
                 drops[DROP_NAMES[i]] = self.drops[i]
         return {
-            "rx": _named(TYPE_NAMES, self.rx), "tx": _named(TYPE_NAMES, self.tx), "drops": drops,
-            "tx_bytes": _named(TYPE_NAMES, self.tx_bytes, self.tx_bytes_hi),
-            "tx_link": _named(LINK_NAMES, self.tx_link),
-            "tx_bytes_link": _named(LINK_NAMES, self.tx_bytes_link, self.tx_bytes_link_hi),
+            "rx": rx, "tx": tx, "drops": drops,
+            "tx_bytes": txb, "tx_link": txl, "tx_bytes_link": txbl,
             "verify_done": self.verify_done,
             "verify_skipped": self.verify_skipped,
             "verify_cached": self.verify_cached,
@@ -81,12 +91,3 @@ class Counters:
             "forwarded": self.forwarded,
             "originated": self.originated,
         }
-
-
-def _named(names, lo, hi=None):
-    # {name: count} of a per-type / per-link counter list; with hi, the
-    # (low, high) byte counter pairs joined
-    d = {}
-    for i in range(len(names)):
-        d[names[i]] = lo[i] if hi is None else hi[i] * BYTES_CARRY + lo[i]
-    return d
