@@ -8,7 +8,7 @@
 # Frame buffers: two node-wide pools (BufPool), allocated once at boot, so
 # the heap a node needs does not grow with its links or its traffic, and no
 # kilobyte block is asked of a fragmented heap later. Each pool holds
-# buffers of two sizes: frame_max (any frame) and profile.small_frame
+# buffers of two sizes: profile.large (any frame) and profile.small_frame
 # (keepalives, bootstraps, wakeups, traffic, announcements of few hops: most
 # frames); a frame takes the smallest free buffer that holds it.
 #
@@ -21,6 +21,12 @@
 # closed ("slow"), so a peer trickling a frame cannot starve the others.
 # At most max_peers + 2 links at once (links still in their handshake
 # count); a further link is refused ("busy").
+#
+# Buffers of the large size (profile.large) take any frame: the larger of
+# frame_max and ann_max (the deepest announcement stored). The router
+# builds our announcement and the traffic we originate straight into a
+# txpool buffer and hands it over (Node._tx_owned: sent or queued as it
+# is, never copied), so it keeps no long buffer of its own.
 #
 # Sending (node.txpool: tx_buffers + tx_small buffers): router.tx first
 # tries to write the frame out at once (link.try_send: the socket or the
@@ -175,6 +181,31 @@ class SendQueues:
         self.ev.set()
         return True
 
+    def put_owned(self, p, j, n, off):
+        """Queue pool buffer j (n bytes, the first off already taken by the
+        link) on port p as it is; False (counted, j given back) when the
+        ring is full."""
+        c = self.count[p]
+        lim = self.limit[p]
+        if c >= lim:
+            self.full[p] += 1
+            self.pool.give(j)
+            return False
+        i = self.head[p] + c
+        if i >= lim:
+            i -= lim
+        i += p * self.depth
+        self.slots[i] = j
+        self.lens[i] = n
+        if c == 0:
+            self.off[p] = off
+        c += 1
+        self.count[p] = c
+        if c > self.high[p]:
+            self.high[p] = c
+        self.ev.set()
+        return True
+
     def pop(self, p):
         c = self.count[p]
         if c:
@@ -219,22 +250,25 @@ class Node:
         self.hs = bytearray(wire.HANDSHAKE_LEN)
         wire.encode_handshake(self.hs, self.key, signer.sign(wire.handshake_signed(self.key)))
         self._mark("crypto")
-        r = Router(profile, signer, self.started)
-        self._mark("router")
-        self.router = r
-        r.tx = self._tx
-        r.disconnect = self._disconnect
-        r.deliver = self._deliver
-        r.expired = self._expired
-        r.on_event = self._event
         P = profile.max_peers + 1
-        self.links = [None] * P
-        self.txpool = BufPool(profile.tx_buffers, profile.frame_max, profile.tx_small, profile.small_frame)
+        # buffers that take any frame are profile.large: frame_max, or the
+        # deepest announcement stored (ann_max) when that is longer
+        self.txpool = BufPool(profile.tx_buffers, profile.large, profile.tx_small, profile.small_frame)
         depth = profile.wifi_queue if profile.wifi_queue > profile.ble_queue else profile.ble_queue
         self.sq = SendQueues(P, depth, self.txpool)
         self.flusher = None
         self._mark("tx_pool")
-        self.rxpool = BufPool(profile.rx_buffers, profile.frame_max, profile.rx_small, profile.small_frame)
+        r = Router(profile, signer, self.started, self.txpool)
+        self._mark("router")
+        self.router = r
+        r.tx = self._tx
+        r.tx_owned = self._tx_owned
+        r.disconnect = self._disconnect
+        r.deliver = self._deliver
+        r.expired = self._expired
+        r.on_event = self._event
+        self.links = [None] * P
+        self.rxpool = BufPool(profile.rx_buffers, profile.large, profile.rx_small, profile.small_frame)
         self._mark("rx_pool")
         self.rx_since = [0] * P  # ticks a port took an rx buffer (0: none held)
         self.tasks = [None] * P
@@ -407,6 +441,23 @@ class Node:
             if k < 0:
                 return False     # the link failed (closed; the reader ends it)
         return sq.put(port, buf, n, k)
+
+    def _tx_owned(self, port, j, n):
+        """Send txpool buffer j (n bytes, built there by the router: our
+        announcement, traffic we originate); on success it belongs to the
+        link or the port's ring (no copy), else it is given back to the pool."""
+        lk = self.links[port] if 0 < port < len(self.links) else None
+        if lk is None:
+            self.txpool.give(j)
+            return False
+        sq = self.sq
+        k = 0
+        if sq.count[port] == 0:
+            k = lk.try_send(self.txpool.bufs[j], n, 0)
+            if k == n or k < 0:
+                self.txpool.give(j)
+                return k == n
+        return sq.put_owned(port, j, n, k)
 
     def _disconnect(self, port, reason):
         link = self.links[port]

@@ -19,12 +19,12 @@ DEFAULTS = {
     "max_hops": 64,           # deepest tree announcement accepted (hops)
     "hop_pool": 0,            # announcement hops stored for all peers (0: 2 x max_hops + 2 x max_peers)
     "route_hints": 0,         # compact overflow entries for routes the table has no room for
-    "frame_max": 8192,        # largest frame accepted/sent, bytes
+    "frame_max": 8192,        # largest frame accepted/sent but a tree announcement, bytes
     "wifi_queue": 16,         # frames queued per Wi-Fi port
     "ble_queue": 4,           # frames queued per BLE port
-    "tx_buffers": 48,         # send pool: frame_max buffers (what links cannot take at once)
+    "tx_buffers": 48,         # send pool: large buffers (max of frame_max, ann_max)
     "tx_small": 0,            # send pool: small_frame buffers
-    "rx_buffers": 8,          # receive pool: frame_max buffers (one per frame arriving)
+    "rx_buffers": 8,          # receive pool: large buffers (one per frame arriving)
     "rx_small": 16,           # receive pool: small_frame buffers
     "small_frame": 256,       # size of the pools' small buffers, bytes
     "ble_ring": 24576,        # receive ring per BLE link, bytes
@@ -38,6 +38,14 @@ DEFAULTS = {
 }
 
 VERIFY_POLICIES = ("all", "on-change", "off")
+
+
+def ann_max(hops):
+    """Bytes of the longest tree announcement of `hops` hops a node stores:
+    header 10, payload length 2, root key 32, root sequence (varu64, <= 10),
+    per hop a port (varu64 of at most 16 bits, tree.fits: <= 3), key 32 and
+    signature 64."""
+    return 54 + 99 * hops
 
 
 class ProfileError(ValueError):
@@ -90,6 +98,13 @@ class Profile:
             raise ProfileError("profile frame_max must be within 256..65535")
         if self.bootstrap_verify not in VERIFY_POLICIES:
             raise ProfileError("profile bootstrap_verify must be one of all, on-change, off")
+        # A tree announcement's size follows from its depth, not frame_max:
+        # only announcements grow with the tree (ann_max), every other frame
+        # is bounded by frame_max. large = the size of the buffers that take
+        # any frame (receive pool, transmit pool: announcements are built
+        # straight into a transmit buffer, node.py).
+        self.ann_max = ann_max(self.max_hops)
+        self.large = self.frame_max if self.frame_max > self.ann_max else self.ann_max
 
     def as_dict(self):
         d = {}

@@ -51,6 +51,11 @@ WAKEUP_SETTLE_MS = 1000
 WAKEUP_HOP_LIMIT = 3
 WAKEUP_KNOWN_MS = 90000     # a wakeup from an origin heard within this is no news by itself
 
+# longest control frame the router builds itself: a bootstrap with every
+# varu64 at 10 bytes (header 12, two keys, watermark sequence, sequence,
+# root key, root sequence, signature)
+CTL_MAX = 12 + 32 + 32 + 10 + 10 + 32 + 10 + 64
+
 LINK_LOCAL, LINK_MULTICAST, LINK_BONJOUR, LINK_REMOTE, LINK_BLUETOOTH = 0, 1, 2, 3, 4
 
 
@@ -62,7 +67,7 @@ def _hex(b):
 
 
 class Router:
-    def __init__(self, profile, signer, now, pool=None):
+    def __init__(self, profile, signer, now, txpool=None):
         self.profile = profile
         self.signer = signer
         self.key = bytes(signer.public)
@@ -81,6 +86,7 @@ class Router:
         self.hop_limiting = profile.hop_limiting
         self.traffic_hop_limit = profile.traffic_hop_limit
         self.frame_max = profile.frame_max
+        self.ann_max = profile.ann_max
         # coordinate cache: source key -> encoded coordinates (tree replies)
         self.ccache = Table(profile.coord_cache, victim=self._cc_victim)
         # bytes of coordinates per entry: a port below 128 is one byte (an
@@ -98,7 +104,18 @@ class Router:
         self.wf_time = array("i", [0] * profile.wakeup_filter)
         self.wk_seq = 0
         self.f = wire.Frame(H)
-        self.buf = bytearray(profile.frame_max)
+        # Our own control frames are built in self.buf: keepalives,
+        # bootstraps, wakeups (at most CTL_MAX bytes). Our tree announcement
+        # (up to profile.ann_max, 3 KB at depth 30) and traffic we
+        # originate (up to frame_max) are built straight into a buffer of
+        # the runtime's transmit pool (txpool: take/give/bufs,
+        # node.BufPool) and handed over with self.tx_owned(port, index, n):
+        # the router keeps no buffer for long frames and nothing is copied.
+        # Without a pool (simulator, tests) self.buf takes every frame.
+        self.txpool = txpool
+        self.tx_owned = None
+        self._held = -1               # pool buffer send() has not handed over
+        self.buf = bytearray(CTL_MAX if txpool is not None else profile.large)
         self.k_dst = bytearray(32)
         self.k_wm = bytearray(32)
         self.k_wk = bytearray(32)     # scratch: origin of a wakeup
@@ -204,39 +221,69 @@ class Router:
     # ---- output ---------------------------------------------------------
     def _tx(self, port, buf, n):
         if self.tx(port, buf, n):
-            # frames and bytes per frame type and per link type: small-int
-            # arithmetic on preallocated lists, nothing allocated
-            c = self.counters
-            t = buf[5]
-            c.tx[t] += 1
-            v = c.tx_bytes[t] + n
-            if v >= BYTES_CARRY:
-                v -= BYTES_CARRY
-                c.tx_bytes_hi[t] += 1
-            c.tx_bytes[t] = v
-            lk = self.port_link[port]
-            if lk < len(LINK_NAMES):
-                c.tx_link[lk] += 1
-                v = c.tx_bytes_link[lk] + n
-                if v >= BYTES_CARRY:
-                    v -= BYTES_CARRY
-                    c.tx_bytes_link_hi[lk] += 1
-                c.tx_bytes_link[lk] = v
-            self.last_tx[port] = self.now
+            self._sent(port, buf, n)
             return True
         self.counters.drops[D_QUEUE_FULL] += 1
         return False
 
+    def _sent(self, port, buf, n):
+        # frames and bytes per frame type and per link type: small-int
+        # arithmetic on preallocated lists, nothing allocated
+        c = self.counters
+        t = buf[5]
+        c.tx[t] += 1
+        v = c.tx_bytes[t] + n
+        if v >= BYTES_CARRY:
+            v -= BYTES_CARRY
+            c.tx_bytes_hi[t] += 1
+        c.tx_bytes[t] = v
+        lk = self.port_link[port]
+        if lk < len(LINK_NAMES):
+            c.tx_link[lk] += 1
+            v = c.tx_bytes_link[lk] + n
+            if v >= BYTES_CARRY:
+                v -= BYTES_CARRY
+                c.tx_bytes_link_hi[lk] += 1
+            c.tx_bytes_link[lk] = v
+        self.last_tx[port] = self.now
+
     def announce_to(self, port):
         self.ann_pending[port] = 0
+        pool = self.txpool
+        j = -1
+        buf = self.buf
+        if pool is not None:
+            # bound of its length: our depth + 1 hops (profile.ann_max)
+            # (more than the pool's largest: the build below says too deep)
+            t = self.tree
+            need = 54 + 99 * (t.ann_nhops[t.parent] + 1 if t.parent else 1)
+            j = pool.take(need if need < pool.large_size else pool.large_size)
+            if j < 0:
+                # every transmit buffer for long frames holds a queued frame
+                self.counters.drops[D_QUEUE_FULL] += 1
+                self.ann_pending[port] = 1
+                return
+            buf = pool.bufs[j]
         try:
-            n = self.tree.build(self.buf, port)
+            n = self.tree.build(buf, port)
         except wire.WireError:
-            # our announcement (parent's + our hop) does not fit frame_max:
+            # our announcement (parent's + our hop) does not fit ann_max:
             # the tree is deeper than this profile carries; count, go on
+            if j >= 0:
+                pool.give(j)
             self.counters.drops[D_TOO_DEEP] += 1
             return
-        if not self._tx(port, self.buf, n):
+        if j >= 0:
+            # the runtime sends it or queues the buffer itself, else gives
+            # it back (ring full, link gone)
+            ok = self.tx_owned(port, j, n)
+            if ok:
+                self._sent(port, buf, n)
+            else:
+                self.counters.drops[D_QUEUE_FULL] += 1
+        else:
+            ok = self._tx(port, buf, n)
+        if not ok:
             # the send queue or the node's buffers for long frames are full
             # (a board keeps one): unlike a bootstrap, an announcement is
             # not repeated on a timer, so a lost one would leave the peer
@@ -263,7 +310,9 @@ class Router:
             c.drops[D_UNKNOWN_PORT] += 1
             return
         self.last_rx[port] = now
-        if n > self.frame_max:
+        if n > self.frame_max and (buf[5] != wire.T_ANNOUNCEMENT or n > self.ann_max):
+            # frame_max bounds every frame but a tree announcement, whose
+            # bound follows from the depth stored (profile.ann_max)
             c.drops[D_OVERSIZE] += 1
             return
         f = self.f
@@ -502,22 +551,59 @@ class Router:
         if hop_limit <= 0:
             hop_limit = self.traffic_hop_limit
         c = self.counters
-        buf = self.buf
-        f = self.f
         scoords = self.tree.coords_bytes()
+        dc = None
         slot = self.ccache.find(dst)
         if slot >= 0 and ticks_diff(now, self.cc_time[slot]) < COORD_LIFETIME_MS:
             co = slot * self.cc_max
             dc = bytes(self.cc_coords[co:co + self.cc_len[slot]])
+        pool = self.txpool
+        if pool is None:
+            return self._send(self.buf, dc, scoords, dst, payload, hop_limit, now)
+        # a transmit buffer that holds the frame either way (tree: both
+        # coordinates; SNEK: the watermark, its sequence up to 10 bytes)
+        need = 16 + (len(dc) if dc else 0) + len(scoords) + 3 * 32 + 10 + len(payload)
+        j = pool.take(need if need < self.frame_max else self.frame_max)
+        if j < 0:
+            c.drops[D_QUEUE_FULL] += 1
+            return False
+        self._held = j
+        try:
+            return self._send(pool.bufs[j], dc, scoords, dst, payload, hop_limit, now)
+        finally:
+            if self._held >= 0:
+                pool.give(self._held)
+                self._held = -1
+
+    def _out(self, port, buf, n):
+        """Send a frame send() built: a pool buffer is handed over."""
+        j = self._held
+        if j < 0:
+            return self._tx(port, buf, n)
+        self._held = -1
+        if self.tx_owned(port, j, n):
+            self._sent(port, buf, n)
+            return True
+        self.counters.drops[D_QUEUE_FULL] += 1
+        return False
+
+    def _send(self, buf, dc, scoords, dst, payload, hop_limit, now):
+        c = self.counters
+        f = self.f
+        if dc is not None:
             n = wire.encode_traffic(buf, dc, scoords, dst, self.key, FULL_KEY, 0, payload, hop_limit)
+            if n > self.frame_max:
+                raise wire.WireError("oversize")
             f.decode(buf, n)
             nh = self.tree.next_hop(buf, f.dcoords_off, f.dcoords_len, 0)
             if nh:
-                if self._tx(nh, buf, n):
+                if self._out(nh, buf, n):
                     c.originated += 1
                     return True
                 return False
         n = wire.encode_traffic(buf, b"", scoords, dst, self.key, FULL_KEY, 0, payload, hop_limit)
+        if n > self.frame_max:
+            raise wire.WireError("oversize")
         f.decode(buf, n)
         copy_into(self.k_dst, 0, dst, 0, 32)
         sn = self.snake
@@ -530,7 +616,9 @@ class Router:
             c.drops[D_NO_ROUTE] += 1
             return False
         n = wire.set_watermark(buf, n, f, sn.nh_key, sn.nh_koff, sn.nh_seq)
-        if self._tx(nh, buf, n):
+        if n > self.frame_max:
+            raise wire.WireError("oversize")
+        if self._out(nh, buf, n):
             c.originated += 1
             return True
         return False

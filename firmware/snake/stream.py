@@ -13,7 +13,8 @@
 #      from the node's receive pool (node.rxpool; waiting while none is
 #      free), the header copied in and the rest of the frame read behind it;
 #      the whole frame goes to router.receive(port, buf, n, now) and the
-#      buffer back to the pool. A frame longer than frame_max is read in
+#      buffer back to the pool. A frame longer than frame_max (a tree
+#      announcement: profile.ann_max, from the depth the node stores) is read in
 #      pieces and dropped (counted as "oversize"); a bad magic or a length
 #      below the header means the byte stream lost sync: the link is closed
 #      (counted as "framing");
@@ -147,6 +148,7 @@ async def run(node, link):
         HL = wire.HEADER_LEN
         hdr = mv[0:HL]
         fmax = node.profile.frame_max
+        amax = node.profile.ann_max      # announcements: depth-derived limit
         bufs = pool.bufs
         mvs = pool.mvs
         since = node.rx_since
@@ -172,8 +174,9 @@ async def run(node, link):
                 node.stat("framing")
                 reason = "framing"
                 break
-            j = pool.take(n) if n <= fmax else -1
-            while j < 0 and n <= fmax:
+            lim = amax if hb[5] == 1 and amax > fmax else fmax   # wire.T_ANNOUNCEMENT
+            j = pool.take(n) if n <= lim else -1
+            while j < 0 and n <= lim:
                 await pool.wait()
                 if links[port] is not link:
                     return "closed by router"

@@ -405,6 +405,62 @@ def test_direct_send_then_queue_keeps_order():
     asyncio.run(go())
 
 
+def test_put_owned_queues_the_buffer_itself_and_resumes_at_its_offset():
+    # our announcement is built in a pool buffer (router.announce_to): what
+    # the link does not take at once is queued as that buffer, not copied
+    pool = BufPool(1, 64, 0, 256)
+    sq = SendQueues(2, 2, pool)
+    sq.reset(1, 2)
+    j = pool.take(40)
+    pool.bufs[j][:40] = bytes(range(40))
+    assert pool.free() == 0
+    assert sq.put_owned(1, j, 40, 15)            # 15 bytes already sent
+    assert sq.count[1] == 1 and sq.off[1] == 15 and pool.free() == 0
+    link = RecLink(room=100)
+    assert sq.drain(1, link)
+    assert bytes(link.wire) == bytes(range(15, 40)) and pool.free() == 1
+    # a full ring refuses it (counted) and gives the buffer back
+    pool = BufPool(2, 64, 0, 256)
+    sq = SendQueues(2, 2, pool)
+    sq.reset(1, 1)
+    assert sq.put(1, bytes(8), 8)                # the ring's one frame
+    j = pool.take(10)
+    assert j >= 0 and pool.free() == 0
+    assert not sq.put_owned(1, j, 10, 0)
+    assert sq.full[1] == 1 and sq.count[1] == 1 and pool.free() == 1
+
+
+def test_tx_owned_sends_at_once_or_queues_without_a_copy():
+    async def go():
+        node = make_node()
+        r = node.router
+        link = DirectLink(10 ** 6)
+        hs, peer = handshake_of(bytes([0x6b]) * 32)
+        link.feed(hs)
+        task = asyncio.ensure_future(stream.run(node, link))
+        await _settle(lambda: r.peers() != [])
+        port = r.peers()[0]["port"]
+        sq = node.sq
+        pool = node.txpool
+        await _settle(lambda: sq.count[port] == 0)
+        free0 = pool.free()
+        link.wire = bytearray()
+        r.announce_to(port)              # taken whole: the buffer is back
+        assert pool.free() == free0 and sq.count[port] == 0
+        first = bytes(link.wire)
+        assert first[5] == wire.T_ANNOUNCEMENT and len(first) > 10
+        link.wire = bytearray()
+        link.room = 7                    # 7 bytes now, the rest queued as it is
+        r.announce_to(port)
+        assert sq.count[port] == 1 and sq.off[port] == 7 and pool.free() == free0 - 1
+        link.room = 10 ** 6
+        await _settle(lambda: sq.count[port] == 0)
+        assert bytes(link.wire) == first and pool.free() == free0
+        link.close()
+        await asyncio.wait_for(task, 3)
+    asyncio.run(go())
+
+
 def test_receive_pool_shared_and_slow_link_closed(monkeypatch):
     async def go():
         monkeypatch.setattr(nodemod, "RX_HOLD_MS", 300)
