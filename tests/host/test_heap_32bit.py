@@ -65,13 +65,14 @@ def test_node_fits_board_heap_with_full_tables(profile, tmp_path):
 
 
 # ESP32_LARGE_MESH: the same board as ESP32_GENERIC with the tables of a
-# ~250-board mesh (160 routes + 32 hints, depth 30, frame_max 3040). It is not
-# held to the 35 % (the coordinator's decision of issue 13/14: the larger
-# tables do not fit that budget); it must run the scenario at 110K, frozen,
-# every table full, without MemoryError, restart or no_memory drop, and keep
-# the free share README "Memory" states (measured 23.1 % lowest sample, 60 s):
-# LARGE_MIN_FREE is that figure less ~2 KB of run-to-run noise.
-LARGE_MIN_FREE = 0.21
+# ~250-board mesh (160 routes + 32 hints, depth 30: announcements up to
+# 3,024 B in one receive and one transmit buffer). It is not held to the
+# 35 % (the coordinator's decision of issue 13/14: the larger tables do not
+# fit that budget); it must run the scenario at 110K, frozen, every table
+# full, without MemoryError, restart or no_memory drop, and keep the free
+# share README "Memory" states (measured 28.2 % lowest sample, 60 s,
+# 2026-11-25): LARGE_MIN_FREE is that figure less ~2 KB of run-to-run noise.
+LARGE_MIN_FREE = 0.26
 
 
 def test_large_mesh_profile_runs_at_110K_with_every_table_full(tmp_path):
@@ -118,6 +119,8 @@ def test_mesh_cli_takes_micropython_and_heapsize(tmp_path):
 
 # (profile, build, heap with room to spare, HEAP_NEED entry) measured for `snakemesh deploy`
 NEED_RUNS = (("ESP32_GENERIC", "frozen", "256K", "frozen"),
+             ("ESP32_GENERIC", "stock", "400K", "mpy"),
+             ("ESP32_GENERIC_S3", "frozen", "256K", "frozen"),
              ("ESP32_GENERIC_S3", "stock", "400K", "mpy"),
              ("ESP32_LARGE_MESH", "frozen", "256K", "frozen"),
              ("ESP32_LARGE_MESH", "stock", "400K", "mpy"),
@@ -130,13 +133,9 @@ def test_deploy_heap_figures_are_current(tmp_path):
     with) is what the firmware uses now: the most any node of the scenario
     used, with room to spare so nothing else limits it, up to 12 % above."""
     from host_tools import boards, BOARDS_DIR
-    # ESP32_GENERIC and _S3 have the same tables and buffers: one figure for both
-    prof = {}
-    for b in ("ESP32_GENERIC", "ESP32_GENERIC_S3"):
-        with open(os.path.join(BOARDS_DIR, b, "profile.json")) as f:
-            prof[b] = dict((k, v) for k, v in json.load(f).items() if k not in ("_comment", "name", "arch"))
-    assert prof["ESP32_GENERIC"] == prof["ESP32_GENERIC_S3"]
-    assert boards.HEAP_NEED["ESP32_GENERIC"] == boards.HEAP_NEED["ESP32_GENERIC_S3"]
+    # ESP32_GENERIC (depth 22: sized to the plain ESP32's frozen budget) and
+    # _S3 (depth 10: its .mpy case is short of 35 %, README Memory) differ
+    # in their tables, so each is measured both ways
     report = []
     bad = []
     for profile, variant, heap, key in NEED_RUNS:
