@@ -160,7 +160,7 @@ class Fixture:
         rk = self.root.public
         nb = min(prof.max_routes, len(mids))
         self.boots = []
-        buf = bytearray(prof.frame_max)
+        buf = bytearray(prof.large)
         for i in range(nb):
             s = mids[i]
             bseq = 1700000000000 + i      # Unix ms, as real sequences
@@ -185,8 +185,8 @@ class Fixture:
             sc = wire.encode_coords_body(ports)
             n = wire.encode_traffic(buf, b"", sc, self.me.public, src, FULL_KEY, 0, payload, 64)
             self.traffic.append(bytes(buf[:n]))
-        self.rxbuf = bytearray(prof.frame_max)
-        self.outbuf = bytearray(prof.frame_max)
+        self.rxbuf = bytearray(prof.large)
+        self.outbuf = bytearray(prof.large)
         self.sent = 0
         self.delivered = 0
 
@@ -259,7 +259,7 @@ def cmd_state(prof_path):
            "capacities": {"max_peers": prof.max_peers, "max_hops": prof.max_hops,
                           "max_routes": prof.max_routes, "coord_cache": prof.coord_cache,
                           "sig_cache": prof.sig_cache, "wakeup_filter": prof.wakeup_filter,
-                          "frame_max": prof.frame_max},
+                          "frame_max": prof.frame_max, "ann_max": prof.ann_max},
            "occupancy": occ,
            "verify_done": r.counters.verify_done, "verify_cached": r.counters.verify_cached,
            "heap_empty": None, "heap_full": None, "heap_fill_growth": None}
@@ -295,7 +295,7 @@ def breakdown(prof, r):
                                    array("i", [0] * prof.wakeup_filter),
                                    array("i", [0] * prof.wakeup_filter))),
         ("frame_view", lambda: wire.Frame(H)),
-        ("frame_buffer", lambda: bytearray(prof.frame_max)),
+        ("frame_buffer", lambda: bytearray(len(r.buf))),
         ("counters", lambda: Counters()),
     )
     out = {}
