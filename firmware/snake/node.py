@@ -152,9 +152,7 @@ class SendQueues:
 
     def put(self, p, buf, n, off=0):
         """Queue a copy of buf[off:n] on port p; False (counted) when it cannot."""
-        c = self.count[p]
-        lim = self.limit[p]
-        if c >= lim:
+        if self.count[p] >= self.limit[p]:
             self.full[p] += 1
             return False
         m = n - off
@@ -168,18 +166,7 @@ class SendQueues:
             b[:] = buf      # same-size buffers: one native copy, no allocation
         else:
             copy_into(b, 0, buf, off, m)
-        i = self.head[p] + c
-        if i >= lim:
-            i -= lim
-        i += p * self.depth
-        self.slots[i] = j
-        self.lens[i] = m
-        c += 1
-        self.count[p] = c
-        if c > self.high[p]:
-            self.high[p] = c
-        self.ev.set()
-        return True
+        return self.put_owned(p, j, m, 0)
 
     def put_owned(self, p, j, n, off):
         """Queue pool buffer j (n bytes, the first off already taken by the
@@ -246,7 +233,7 @@ class Node:
         self.meter = meter       # platform.Meter: heap per part at boot (console `mem`)
         self.key = bytes(signer.public)
         self.started = ticks_ms()
-        # our handshake first: the first signature builds the crypto tables
+        # our handshake first (signed once at boot)
         self.hs = bytearray(wire.HANDSHAKE_LEN)
         wire.encode_handshake(self.hs, self.key, signer.sign(wire.handshake_signed(self.key)))
         self._mark("crypto")
