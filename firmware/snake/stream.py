@@ -8,8 +8,8 @@
 #      or EOF close the link and are counted in node.stats["hs_fail"];
 #   2. node.link_up(link, key) assigns a switch port (or refuses: duplicate
 #      link to that key and link type, no free port);
-#   3. frames: the 10-byte header is read into the link's own 104-byte
-#      buffer (the handshake's), then a buffer that fits the length is taken
+#   3. frames: the 10-byte header is read into the link's own 10-byte
+#      buffer (the 104-byte handshake buffer is dropped), then a buffer that fits the length is taken
 #      from the node's receive pool (node.rxpool; waiting while none is
 #      free), the header copied in and the rest of the frame read behind it;
 #      the whole frame goes to router.receive(port, buf, n, now) and the
@@ -142,11 +142,14 @@ async def run(node, link):
             return "handshake"
         if getattr(link, "want_key", False):
             link.peer_key = pub      # the dialler of a static peer remembers it
+        # frame headers: a 10-byte buffer (one 16-byte heap block); the
+        # handshake's 104 bytes go back to the heap for as long as the link lives
+        HL = wire.HEADER_LEN
+        hb = bytearray(HL)
+        hdr = mv = memoryview(hb)
         port = node.link_up(link, pub)
         if not port:
             return "refused"
-        HL = wire.HEADER_LEN
-        hdr = mv[0:HL]
         fmax = node.profile.frame_max
         amax = node.profile.ann_max      # announcements: depth-derived limit
         bufs = pool.bufs
@@ -155,11 +158,10 @@ async def run(node, link):
         links = node.links
         r = node.router
         drops = r.counters.drops
-        recv = link.recv_into
         while True:
             got = 0
             while got < HL:
-                k = await recv(hdr if got == 0 else hdr[got:])
+                k = await link.recv_into(hdr if got == 0 else hdr[got:])
                 if k <= 0:
                     return "eof"
                 got += k
@@ -194,7 +196,7 @@ async def run(node, link):
                 k += 1
             bmv = mvs[j]
             while k < n:
-                g = await recv(bmv[k:n])
+                g = await link.recv_into(bmv[k:n])
                 if g <= 0:
                     return "eof"
                 k += g
