@@ -35,13 +35,14 @@
 import asyncio
 
 from snake import wire
-from snake.platform import ticks_ms
+from snake.platform import ticks_ms, const
 from snake.telemetry import D_OVERSIZE, D_MALFORMED
 
 _wait_for = asyncio.wait_for     # asyncio.funcs: the handshake deadline
 _Event = asyncio.Event           # asyncio.event: send queues, BLE flags
 
 _MAGIC0, _MAGIC1, _MAGIC2, _MAGIC3 = 0x70, 0x69, 0x6E, 0x65   # "pine"
+_HL = const(10)           # wire.HEADER_LEN
 
 
 async def _read_exact(link, mv, off, n):
@@ -143,55 +144,52 @@ async def run(node, link):
         if getattr(link, "want_key", False):
             link.peer_key = pub      # the dialler of a static peer remembers it
         # frame headers: a 10-byte buffer (one 16-byte heap block); the
-        # handshake's 104 bytes go back to the heap for as long as the link lives
-        HL = wire.HEADER_LEN
-        hb = bytearray(HL)
-        hdr = mv = memoryview(hb)
+        # handshake's 104 bytes go back to the heap for as long as the link
+        # lives. Few locals: this coroutine's frame is kept per link (each
+        # local is a word of it), so the node's tables are read through node.
+        hb = bytearray(_HL)
+        mv = memoryview(hb)
         port = node.link_up(link, pub)
         if not port:
             return "refused"
-        fmax = node.profile.frame_max
-        amax = node.profile.ann_max      # announcements: depth-derived limit
         bufs = pool.bufs
         mvs = pool.mvs
-        since = node.rx_since
-        links = node.links
-        r = node.router
-        drops = r.counters.drops
         while True:
-            got = 0
-            while got < HL:
-                k = await link.recv_into(hdr if got == 0 else hdr[got:])
-                if k <= 0:
+            k = 0
+            while k < _HL:
+                g = await link.recv_into(mv if k == 0 else mv[k:])
+                if g <= 0:
                     return "eof"
-                got += k
+                k += g
             if hb[0] != _MAGIC0 or hb[1] != _MAGIC1 or hb[2] != _MAGIC2 or hb[3] != _MAGIC3:
-                drops[D_MALFORMED] += 1
+                node.router.counters.drops[D_MALFORMED] += 1
                 node.stat("framing")
                 reason = "framing"
                 break
             n = (hb[8] << 8) | hb[9]
-            if n < HL:
-                drops[D_MALFORMED] += 1
+            if n < _HL:
+                node.router.counters.drops[D_MALFORMED] += 1
                 node.stat("framing")
                 reason = "framing"
                 break
-            lim = amax if hb[5] == 1 and amax > fmax else fmax   # wire.T_ANNOUNCEMENT
+            lim = node.profile.frame_max
+            if hb[5] == 1 and node.profile.ann_max > lim:   # wire.T_ANNOUNCEMENT
+                lim = node.profile.ann_max        # announcements: depth-derived limit
             j = pool.take(n) if n <= lim else -1
             while j < 0 and n <= lim:
                 await pool.wait()
-                if links[port] is not link:
+                if node.links[port] is not link:
                     return "closed by router"
                 j = pool.take(n)
             if j < 0:
-                drops[D_OVERSIZE] += 1
-                if not await _skip(link, mv, n - HL):
+                node.router.counters.drops[D_OVERSIZE] += 1
+                if not await _skip(link, mv, n - _HL):
                     break
                 continue
-            since[port] = ticks_ms() | 1
+            node.rx_since[port] = ticks_ms() | 1
             buf = bufs[j]
             k = 0
-            while k < HL:
+            while k < _HL:
                 buf[k] = hb[k]
                 k += 1
             bmv = mvs[j]
@@ -200,16 +198,16 @@ async def run(node, link):
                 if g <= 0:
                     return "eof"
                 k += g
-            since[port] = 0
+            node.rx_since[port] = 0
             try:
-                r.receive(port, buf, n, ticks_ms())
+                node.router.receive(port, buf, n, ticks_ms())
                 node.after_receive()
             except MemoryError:
                 # the frame is lost, the link and the node carry on
                 node.oom()
             pool.give(j)
             j = -1
-            if links[port] is not link:
+            if node.links[port] is not link:
                 reason = "closed by router"
                 break
     except asyncio.CancelledError:
