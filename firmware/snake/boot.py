@@ -139,8 +139,7 @@ async def start_wifi(w):
             w.mc_port = await _listen(w, host, prof.listen_port, wifi.LINK_MULTICAST)
             node.listeners["multicast"] = "%s:%d" % (host, w.mc_port)
             _open_multicast(w)
-            w.tasks.append(asyncio.create_task(w._beacon_tx()))
-            w.tasks.append(asyncio.create_task(w._beacon_rx()))
+            w.tasks.append(asyncio.create_task(w._beacon()))
         except OSError as e:
             errors.append("multicast discovery off: %s" % wifi._err(e))
     if cfg is not None:

@@ -101,18 +101,20 @@ class Wifi:
         return stream.run(self.node, link)
 
     # ---- multicast --------------------------------------------------------
-    async def _beacon_tx(self):
-        while True:
-            try:
-                self.sock.sendto(self.beacon, self.group)
-                self.stats["beacons_tx"] += 1
-            except OSError:
-                self.stats["beacon_tx_fail"] += 1
-            await _sleep_ms(_BEACON_MS)
-
-    async def _beacon_rx(self):
+    async def _beacon(self):
+        # one task for both directions (a task and its frame are heap a node
+        # keeps): our beacon every _BEACON_MS, the group's read every _POLL_MS
         s = self.sock
+        k = 0
         while True:
+            if k <= 0:
+                k = _BEACON_MS // _POLL_MS
+                try:
+                    s.sendto(self.beacon, self.group)
+                    self.stats["beacons_tx"] += 1
+                except OSError:
+                    self.stats["beacon_tx_fail"] += 1
+            k -= 1
             while True:
                 try:
                     data, addr = s.recvfrom(64)
