@@ -51,6 +51,10 @@ LINK_REMOTE = 3
 _EBADF = const(9)
 _EAGAIN = (11, 35)       # Linux, macOS/BSD
 _TX_HIGH = const(65536)     # CPython: bytes a TCP transport may hold before try_send waits
+# what a read that failed raises (a module tuple: recv_into's frame, kept
+# while a link waits for bytes, is a 16-byte block smaller than with the
+# tuple built in the except clause)
+_READ_ERRORS = (OSError, ValueError, EOFError)
 
 
 def _current_task():
@@ -132,6 +136,8 @@ class TcpLink:
     """A Link over an asyncio TCP stream pair (CPython or MicroPython)."""
 
     closed = False
+    outbound = False    # set on the links we dialled only (one attribute
+                        # fewer keeps an accepted link's attribute table a size smaller)
     _rtask = None       # the task blocked in recv_into (close() wakes it)
     _fast = 0           # direct socket reads in a row
     _name = None
@@ -146,7 +152,8 @@ class TcpLink:
             self._name = name
         if addr is not None:
             self._addr = addr        # (host, port) we dialled
-        self.outbound = outbound
+        if outbound:
+            self.outbound = True
         # MicroPython: the stream's non-blocking socket (reader and writer
         # are one Stream), read directly when data is already waiting and
         # written directly (try_send). CPython: None; reads through the
@@ -211,7 +218,7 @@ class TcpLink:
             if self.closed:
                 return 0
             raise
-        except (OSError, ValueError, EOFError):
+        except _READ_ERRORS:
             n = 0
         finally:
             self._rtask = None
