@@ -89,7 +89,29 @@ def test_step4_peer_ancestor_exact_match_traffic_only():
     n.rx(2, announcement(K[9], 1, [(K[9], 2), (K[1], 1), (K[3], 1)]), 3)
     port, key, _ = nh(n, 1)
     assert port == 2 and key == pub(1)
-    assert nh(n, 1, bootstrap=True)[0] == 0
+    # a bootstrap takes no exact match: for K3, nothing lies between K3
+    # and our K4, so this relay is the dead end
+    assert nh(n, 3, bootstrap=True)[0] == 0
+
+
+def test_step4_peer_ancestors_between_destination_and_best_for_bootstraps():
+    # difference 7: a bootstrap for K1 at relay K4 (ancestors K9, K7 via
+    # the parent) goes to the peer whose announcement names K3 (K1 < K3 <
+    # K4), not to a dead end here; the smallest such key wins
+    n = setup()
+    n.r.port_up(2, pub(3), 1, 2)
+    n.rx(2, announcement(K[9], 1, [(K[9], 2), (K[8], 1), (K[3], 1)]), 3)
+    n.r.port_up(3, pub(6), 1, 3)
+    n.rx(3, announcement(K[9], 1, [(K[9], 2), (K[2], 1), (K[6], 1)]), 4)
+    port, key, seq = nh(n, 1, bootstrap=True)
+    assert port == 3 and key == pub(2) and seq == 0
+    port, key, seq = nh(n, 2, bootstrap=True)
+    assert port == 2 and key == pub(3) and seq == 0
+    # the best key is peer K3 itself: step 5 keeps the direct link
+    assert nh(n, 2, bootstrap=True)[0] == 2
+    # traffic for a key that no announcement names keeps the seed text's
+    # exact-match rule: dead end here, as before
+    assert nh(n, 1)[0] == 0
 
 
 def test_step5_direct_peer_refines_the_port():
