@@ -138,22 +138,20 @@ async def run(node, link):
     reason = "eof"
     pool = node.rxpool
     try:
-        pub = await handshake(node, link, hb, mv)
-        if pub is None:
+        buf = await handshake(node, link, hb, mv)     # the peer's public key
+        if buf is None:
             return "handshake"
         if getattr(link, "want_key", False):
-            link.peer_key = pub      # the dialler of a static peer remembers it
+            link.peer_key = buf      # the dialler of a static peer remembers it
         # frame headers: a 10-byte buffer (one 16-byte heap block); the
         # handshake's 104 bytes go back to the heap for as long as the link
         # lives. Few locals: this coroutine's frame is kept per link (each
         # local is a word of it), so the node's tables are read through node.
         hb = bytearray(_HL)
         mv = memoryview(hb)
-        port = node.link_up(link, pub)
+        port = node.link_up(link, buf)
         if not port:
             return "refused"
-        bufs = pool.bufs
-        mvs = pool.mvs
         while True:
             k = 0
             while k < _HL:
@@ -187,14 +185,13 @@ async def run(node, link):
                     break
                 continue
             node.rx_since[port] = ticks_ms() | 1
-            buf = bufs[j]
+            buf = pool.bufs[j]
             k = 0
             while k < _HL:
                 buf[k] = hb[k]
                 k += 1
-            bmv = mvs[j]
             while k < n:
-                g = await link.recv_into(bmv[k:n])
+                g = await link.recv_into(pool.mvs[j][k:n])
                 if g <= 0:
                     return "eof"
                 k += g
