@@ -274,16 +274,17 @@ class BleLink:
     """A connected GATT stream (snake/link.py contract)."""
 
     link_type = _LINK_BLE
+    # class defaults, set on the link when they change: a link that has
+    # not closed keeps six attributes (a table a size smaller than seven)
+    closed = False
+    _sending = False    # send() is part-way through (the handshake)
 
     def __init__(self, mgr, slot):
         self.m = mgr
         self.slot = slot
         self.gen = slot.gen
         self.outbound = slot.role == _CENTRAL
-
         self.flag = platform.irq_flag()
-        self.closed = False
-        self._sending = False   # send() is part-way through (the handshake)
 
     @property
     def name(self):
