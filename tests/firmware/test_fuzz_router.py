@@ -153,6 +153,17 @@ class Rig:
         self.B = crypto.Signer(node_seed("B"))
         self.C = crypto.Signer(node_seed("C"))
         self.X = [crypto.Signer(_seed(0x40 + i)) for i in range(12)]
+        # the sibling on port 3 (X[0]) must not sit between C and B in
+        # keyspace: C's bootstraps would then end at it, as the reference's
+        # next hop has them (PROTOCOL_NOTES.md difference 7), not at B, and
+        # the checks expect B to be C's successor. Which keys the seeds give
+        # depends on the crypto backend, so pick the first that fits.
+        c, b, a = self.C.public, self.B.public, self.A.public
+        n = 0x40 + len(self.X)
+        while c < self.X[0].public < b or self.X[0].public > a:
+            assert n < 0x100, "no sibling key outside (C, B) and below A"
+            self.X[0] = crypto.Signer(_seed(n))
+            n += 1
         self.signers = [self.A, self.B, self.C] + self.X
         self.profile = Profile(FUZZ_PROFILE)
         self.fmax = self.profile.frame_max
