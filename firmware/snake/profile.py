@@ -3,6 +3,8 @@
 # Capacities are fixed at boot; nothing in the router grows past them.
 import json
 
+from snake.wire import ann_max
+
 # Defaults = a host profile (simulator, CPython): deep trees allowed. Each key is documented in
 # boards/README.md; unknown keys in a profile file are an error so that a
 # typo does not silently fall back to a default.
@@ -38,14 +40,6 @@ DEFAULTS = {
 }
 
 VERIFY_POLICIES = ("all", "on-change", "off")
-
-
-def ann_max(hops):
-    """Bytes of the longest tree announcement of `hops` hops a node stores:
-    header 10, payload length 2, root key 32, root sequence (varu64, <= 10),
-    per hop a port (varu64 of at most 16 bits, tree.fits: <= 3), key 32 and
-    signature 64."""
-    return 54 + 99 * hops
 
 
 class ProfileError(ValueError):

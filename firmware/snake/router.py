@@ -226,6 +226,16 @@ class Router:
         self.counters.drops[D_QUEUE_FULL] += 1
         return False
 
+    def _tx_pooled(self, port, j, buf, n):
+        """Hand transmit-pool buffer j (buf, n bytes) to the runtime: it
+        sends it or queues the buffer itself, else gives it back (ring
+        full, link gone; counted as queue_full like _tx)."""
+        if self.tx_owned(port, j, n):
+            self._sent(port, buf, n)
+            return True
+        self.counters.drops[D_QUEUE_FULL] += 1
+        return False
+
     def _sent(self, port, buf, n):
         # frames and bytes per frame type and per link type: small-int
         # arithmetic on preallocated lists, nothing allocated
@@ -253,10 +263,10 @@ class Router:
         j = -1
         buf = self.buf
         if pool is not None:
-            # bound of its length: our depth + 1 hops (profile.ann_max)
+            # bound of its length: our depth + 1 hops
             # (more than the pool's largest: the build below says too deep)
             t = self.tree
-            need = 54 + 99 * (t.ann_nhops[t.parent] + 1 if t.parent else 1)
+            need = wire.ann_max(t.ann_nhops[t.parent] + 1 if t.parent else 1)
             j = pool.take(need if need < pool.large_size else pool.large_size)
             if j < 0:
                 # every transmit buffer for long frames holds a queued frame
@@ -274,13 +284,7 @@ class Router:
             self.counters.drops[D_TOO_DEEP] += 1
             return
         if j >= 0:
-            # the runtime sends it or queues the buffer itself, else gives
-            # it back (ring full, link gone)
-            ok = self.tx_owned(port, j, n)
-            if ok:
-                self._sent(port, buf, n)
-            else:
-                self.counters.drops[D_QUEUE_FULL] += 1
+            ok = self._tx_pooled(port, j, buf, n)
         else:
             ok = self._tx(port, buf, n)
         if not ok:
@@ -581,11 +585,7 @@ class Router:
         if j < 0:
             return self._tx(port, buf, n)
         self._held = -1
-        if self.tx_owned(port, j, n):
-            self._sent(port, buf, n)
-            return True
-        self.counters.drops[D_QUEUE_FULL] += 1
-        return False
+        return self._tx_pooled(port, j, buf, n)
 
     def _send(self, buf, dc, scoords, dst, payload, hop_limit, now):
         c = self.counters

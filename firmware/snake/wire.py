@@ -86,6 +86,15 @@ class WireError(ValueError):
 # Big-endian base-128 (most significant group first, 0x80 on every byte but
 # the last). NOT LEB128. 0 -> 00, 127 -> 7f, 128 -> 81 00, 300 -> 82 2c.
 
+def ann_max(hops):
+    """Bytes of the longest tree announcement of `hops` hops a node stores:
+    header 10, payload length 2, root key 32, root sequence (varu64, <= 10),
+    per hop a port (varu64 of at most 16 bits, tree.fits: <= 3), key 32 and
+    signature 64. Profile.ann_max sizes buffers with it, the router the
+    buffer for our own announcement."""
+    return 54 + 99 * hops
+
+
 def varu64_len(v):
     if v < 0:
         raise WireError("varu64")
