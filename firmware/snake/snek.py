@@ -370,24 +370,11 @@ class Snake:
         # it). Traffic keeps the exact match (the hot path; it is routed
         # to an exact key by the routes bootstraps install).
         if bootstrap:
-            hops = tree.ann_path
-            pk = tree.pool.keys
-            valid = tree.ann_valid
-            nhops = tree.ann_nhops
-            H = tree.max_hops
-            p = 1
-            while p < np:
-                if ports[p] and valid[p]:
-                    i = p * H
-                    end = i + nhops[p]
-                    while i < end:
-                        ko = hops[i] << 5
-                        if key_cmp(pk, ko, dst, 0) > 0 and key_cmp(pk, ko, bbuf, boff) < 0:
-                            bbuf = pk
-                            boff = ko
-                            best_port = p
-                        i += 1
-                p += 1
+            p = tree.peer_key_between(dst, bbuf, boff)
+            if p:
+                bbuf = tree.pool.keys
+                boff = tree.between_off
+                best_port = p
         # 5. the best key is a direct peer: use the direct link
         pkeys = r.port_key
         b0 = bbuf[boff]

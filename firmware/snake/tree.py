@@ -24,6 +24,7 @@ S_OK = None
 class Tree:
     def __init__(self, router, profile):
         self.r = router
+        self.between_off = 0     # peer_key_between: offset of its key in pool.keys
         P = profile.max_peers + 1
         H = profile.max_hops
         self.max_hops = H
@@ -162,6 +163,33 @@ class Tree:
                     break
                 p += 1
             x = pool.next_key(x, buf, off)
+        return best
+
+    def peer_key_between(self, dst, bbuf, boff):
+        """Port of the peer whose stored announcement (its ancestors and
+        itself) names the smallest key strictly between dst and the key
+        bbuf[boff:boff+32], the lowest port among equals (SNEK next hop,
+        step 4 for bootstraps: PROTOCOL_NOTES.md difference 7), or 0; the
+        key is then pool.keys[between_off:between_off + 32]."""
+        pk = self.pool.keys
+        ports = self.r.up
+        H = self.max_hops
+        path = self.ann_path
+        best = 0
+        p = 1
+        while p < len(ports):
+            if ports[p] and self.ann_valid[p]:
+                i = p * H
+                end = i + self.ann_nhops[p]
+                while i < end:
+                    ko = path[i] << 5
+                    if key_cmp(pk, ko, dst, 0) > 0 and key_cmp(pk, ko, bbuf, boff) < 0:
+                        bbuf = pk
+                        boff = ko
+                        best = p
+                    i += 1
+            p += 1
+        self.between_off = boff
         return best
 
     def expired(self, port, now):
