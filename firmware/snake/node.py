@@ -28,6 +28,21 @@
 # txpool buffer and hands it over (Node._tx_owned: sent or queued as it
 # is, never copied), so it keeps no long buffer of its own.
 #
+# One large buffer (profile rx_buffers 0, the ESP32 boards): the receive
+# pool has no large buffer of its own but takes the transmit pool's (on a
+# board tx_buffers 1: one buffer of profile.large, 3 KB at depth 30, for
+# receiving and sending). A queued frame in it waits for its peer to read,
+# and the peer's reader may wait for its own large buffer, queued to us:
+# neither would move. So a reader that needs the large buffer takes it
+# back from a queued frame that has not started out (Node.reclaim): our
+# announcement is owed to that port again (router.ann_pending, resent as
+# soon as the reader gives the buffer back: Node.owed), other frames are
+# dropped, both counted as queue_full. A frame part-way out keeps it until
+# the link took the rest (a BLE link takes it at radio speed; a TCP peer
+# that never reads is dead after router.DEAD_MS). While a reader holds it,
+# the router builds no announcement (owed) and a long frame that a link
+# does not take at once is not queued (queue_full).
+#
 # Sending (node.txpool: tx_buffers + tx_small buffers): router.tx first
 # tries to write the frame out at once (link.try_send: the socket or the
 # BLE stack takes it without blocking, nothing is copied or kept); what the
@@ -48,6 +63,7 @@ from snake import platform, wire
 from snake.platform import ticks_ms, ticks_diff, copy_into
 from snake import crypto
 from snake.router import Router
+from snake.telemetry import D_QUEUE_FULL
 from snake import probe
 from snake import stream     # at boot, not at the first link (stream.py: nothing new after boot)
 
@@ -65,60 +81,74 @@ def _sleep_ms(ms):
 
 class BufPool:
     """Preallocated frame buffers in two sizes, handed out by index (bufs[i],
-    mvs[i] its memoryview); taking and giving allocate nothing."""
+    mvs[i] its memoryview); taking and giving allocate nothing. With
+    `shared` (another pool) the large buffers are shared's own: the same
+    bytearrays, one free stack, one event (a board's one large buffer,
+    "One large buffer" above)."""
 
-    def __init__(self, large, large_size, small, small_size):
+    def __init__(self, large, large_size, small, small_size, shared=None):
         if small_size >= large_size:
             large += small
             small = 0
+            shared = None
         self.small_size = small_size
         self.large_size = large_size
         self.nsmall = small
-        self.size = small + large
         self.bufs = [bytearray(small_size) for _ in range(small)]
-        i = 0
-        while i < large:
-            self.bufs.append(bytearray(large_size))
-            i += 1
-        self.mvs = [memoryview(b) for b in self.bufs]
-        # free indexes, one stack per size (bytearrays: no list resizing)
+        # free indexes, one stack per size (bytearrays: no list resizing);
+        # the large stack holds numbers among the large (index - nsmall)
         self.fs = bytearray(range(small))
         self.ns = small
-        self.fl = bytearray(range(small, small + large))
-        self.nl = large
         self.empty = 0        # times a frame found no buffer that fits
-        self.ev = None        # asyncio.Event for waiters (wait())
+        if shared is None:
+            self.lp = self    # the pool whose large stack and event we use
+            i = 0
+            while i < large:
+                self.bufs.append(bytearray(large_size))
+                i += 1
+            self.fl = bytearray(range(large))
+            self.nl = large
+            self.ev = None    # asyncio.Event for waiters (wait())
+        else:
+            self.lp = shared
+            for b in shared.bufs[shared.nsmall:]:
+                self.bufs.append(b)
+        self.size = len(self.bufs)
+        self.mvs = [memoryview(b) for b in self.bufs]
 
     def free(self):
-        return self.ns + self.nl
+        return self.ns + self.lp.nl
 
     def take(self, n):
         """Index of a free buffer of at least n bytes, or -1."""
         if n <= self.small_size and self.ns:
             self.ns -= 1
             return self.fs[self.ns]
-        if self.nl and n <= self.large_size:
-            self.nl -= 1
-            return self.fl[self.nl]
+        lp = self.lp
+        if lp.nl and n <= self.large_size:
+            lp.nl -= 1
+            return self.nsmall + lp.fl[lp.nl]
         self.empty += 1
         return -1
 
     def give(self, i):
+        lp = self.lp
         if i < self.nsmall:
             self.fs[self.ns] = i
             self.ns += 1
         else:
-            self.fl[self.nl] = i
-            self.nl += 1
-        ev = self.ev
+            lp.fl[lp.nl] = i - self.nsmall
+            lp.nl += 1
+        ev = lp.ev
         if ev is not None:
             ev.set()
 
     async def wait(self):
         """Until a buffer comes back (then take again: another may be first)."""
-        ev = self.ev
+        lp = self.lp
+        ev = lp.ev
         if ev is None:
-            ev = self.ev = asyncio.Event()
+            ev = lp.ev = asyncio.Event()
         ev.clear()
         await ev.wait()
 
@@ -140,6 +170,7 @@ class SendQueues:
         self.off = array("H", bytearray(2 * ports))
         self.high = bytearray(ports)   # highest fill seen
         self.full = [0] * ports        # frames refused (ring full or pool empty)
+        self.cont = bytearray(ports)   # the head frame is the rest of one part-way out
         self.ev = asyncio.Event()
 
     def reset(self, p, limit):
@@ -148,6 +179,7 @@ class SendQueues:
             self.pop(p)
         self.head[p] = 0
         self.off[p] = 0
+        self.cont[p] = 0
         self.limit[p] = limit if limit < self.depth else self.depth
 
     def put(self, p, buf, n, off=0):
@@ -166,7 +198,11 @@ class SendQueues:
             b[:] = buf      # same-size buffers: one native copy, no allocation
         else:
             copy_into(b, 0, buf, off, m)
-        return self.put_owned(p, j, m, 0)
+        if not self.put_owned(p, j, m, 0):
+            return False
+        if off:
+            self.cont[p] = 1   # the link took the first off bytes (only ever the head)
+        return True
 
     def put_owned(self, p, j, n, off):
         """Queue pool buffer j (n bytes, the first off already taken by the
@@ -204,6 +240,45 @@ class SendQueues:
             self.head[p] = h
             self.count[p] = c - 1
             self.off[p] = 0
+            self.cont[p] = 0
+
+    def reclaim(self, r):
+        """Give back one large buffer a queued frame holds that has not
+        started out: a reader needs it ("One large buffer" above). Our
+        announcement is owed to its port again (r.ann_pending: the router
+        sends it again), any other frame is dropped; both counted as
+        queue_full. True when a buffer came back."""
+        pool = self.pool
+        d = self.depth
+        p = 1
+        while p < len(self.count):
+            c = self.count[p]
+            lim = self.limit[p]
+            # the head frame stays when part of it is out (the link has
+            # its first bytes: the rest must follow)
+            k = 1 if self.off[p] or self.cont[p] else 0
+            while k < c:
+                i = self.head[p] + k
+                if i >= lim:
+                    i -= lim
+                j = self.slots[p * d + i]
+                if j >= pool.nsmall:
+                    # later frames move up one place (order kept)
+                    while k + 1 < c:
+                        i2 = i + 1 if i + 1 < lim else 0
+                        self.slots[p * d + i] = self.slots[p * d + i2]
+                        self.lens[p * d + i] = self.lens[p * d + i2]
+                        i = i2
+                        k += 1
+                    self.count[p] = c - 1
+                    if pool.bufs[j][5] == 1:      # wire.T_ANNOUNCEMENT
+                        r.ann_pending[p] = 1
+                    r.counters.drops[D_QUEUE_FULL] += 1
+                    pool.give(j)
+                    return True
+                k += 1
+            p += 1
+        return False
 
     def drain(self, p, link):
         """Give port p's queued frames to the link, oldest first, as far as
@@ -255,7 +330,10 @@ class Node:
         r.expired = self._expired
         r.on_event = self._event
         self.links = [None] * P
-        self.rxpool = BufPool(profile.rx_buffers, profile.large, profile.rx_small, profile.small_frame)
+        # rx_buffers 0: the receive pool has no large buffer of its own, it
+        # takes the transmit pool's ("One large buffer" above)
+        self.rxpool = BufPool(profile.rx_buffers, profile.large, profile.rx_small, profile.small_frame,
+                              None if profile.rx_buffers else self.txpool)
         self._mark("rx_pool")
         self.rx_since = [0] * P  # ticks a port took an rx buffer (0: none held)
         self.tasks = [None] * P
@@ -481,6 +559,28 @@ class Node:
     def after_receive(self):
         if self.probes.p_count:
             self.probes.flush()
+
+    def reclaim(self):
+        """A reader needs a large buffer and none is free: with one large
+        buffer for both pools, take it back from a queued frame that has not
+        started out (SendQueues.reclaim). True when one came back."""
+        if self.rxpool.lp is self.rxpool:
+            return False
+        return self.sq.reclaim(self.router)
+
+    def owed(self):
+        """A reader gave the large buffer back: with one large buffer for
+        both pools, send now the announcements owed for want of it (the
+        router built none while the reader held it, or the reader took one
+        back), not at the next tick."""
+        if self.rxpool.lp is self.rxpool:
+            return
+        r = self.router
+        p = 1
+        while p < len(r.up):
+            if r.up[p] and r.ann_pending[p]:
+                r.announce_to(p)
+            p += 1
 
     # ---- tasks ------------------------------------------------------------
     async def _tick(self):

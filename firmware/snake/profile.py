@@ -26,7 +26,7 @@ DEFAULTS = {
     "ble_queue": 4,           # frames queued per BLE port
     "tx_buffers": 48,         # send pool: large buffers (max of frame_max, ann_max)
     "tx_small": 0,            # send pool: small_frame buffers
-    "rx_buffers": 8,          # receive pool: large buffers (one per frame arriving)
+    "rx_buffers": 8,          # receive pool: large buffers (0: the send pool's, shared)
     "rx_small": 16,           # receive pool: small_frame buffers
     "small_frame": 256,       # size of the pools' small buffers, bytes
     "ble_ring": 24576,        # receive ring per BLE link, bytes
@@ -62,11 +62,11 @@ class Profile:
     def check(self):
         for k in ("max_peers", "ble_links", "max_routes", "coord_cache", "sig_cache",
                   "max_hops", "frame_max", "wifi_queue", "ble_queue", "tx_buffers", "wakeup_filter",
-                  "rx_buffers", "small_frame", "ble_ring"):
+                  "small_frame", "ble_ring"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1:
                 raise ProfileError("profile %s must be a positive integer" % k)
-        for k in ("tx_small", "rx_small"):
+        for k in ("tx_small", "rx_small", "rx_buffers"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 0:
                 raise ProfileError("profile %s must be a non-negative integer" % k)

@@ -11,7 +11,8 @@
 #   3. frames: the 10-byte header is read into the link's own 10-byte
 #      buffer (the 104-byte handshake buffer is dropped), then a buffer that fits the length is taken
 #      from the node's receive pool (node.rxpool; waiting while none is
-#      free), the header copied in and the rest of the frame read behind it;
+#      free; a frame for the large buffer may take it back from a send queue:
+#      node.py "One large buffer"), the header copied in and the rest of the frame read behind it;
 #      the whole frame goes to router.receive(port, buf, n, now) and the
 #      buffer back to the pool. A frame longer than frame_max (a tree
 #      announcement: profile.ann_max, from the depth the node stores) is read in
@@ -175,9 +176,12 @@ async def run(node, link):
                 lim = node.profile.ann_max        # announcements: depth-derived limit
             j = pool.take(n) if n <= lim else -1
             while j < 0 and n <= lim:
-                await pool.wait()
-                if node.links[port] is not link:
-                    return "closed by router"
+                # a large frame may take back the large buffer from a frame
+                # queued to send (node.reclaim); else wait for one
+                if n <= pool.small_size or not node.reclaim():
+                    await pool.wait()
+                    if node.links[port] is not link:
+                        return "closed by router"
                 j = pool.take(n)
             if j < 0:
                 node.router.counters.drops[D_OVERSIZE] += 1
@@ -198,12 +202,19 @@ async def run(node, link):
             node.rx_since[port] = 0
             try:
                 node.router.receive(port, buf, n, ticks_ms())
+                if j >= pool.nsmall:
+                    # the large buffer back first: what the router owes
+                    # for want of it goes out now (node.owed)
+                    pool.give(j)
+                    j = -1
+                    node.owed()
                 node.after_receive()
             except MemoryError:
                 # the frame is lost, the link and the node carry on
                 node.oom()
-            pool.give(j)
-            j = -1
+            if j >= 0:
+                pool.give(j)
+                j = -1
             if node.links[port] is not link:
                 reason = "closed by router"
                 break

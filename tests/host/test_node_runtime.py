@@ -577,3 +577,86 @@ def test_out_of_memory_in_a_handshake_is_counted_and_the_node_carries_on():
         lk3.close()
         await asyncio.wait_for(task, 3)
     asyncio.run(go())
+
+
+def _root_announcement(signer, port=1):
+    """The peer's own announcement as the root (one hop, signed)."""
+    tmp = bytearray(512)
+    n = wire.encode_announcement(tmp, signer.public, 1, [(port, signer.public, bytes(64))])
+    f = wire.Frame(4)
+    f.decode(tmp, n)
+    sig = signer.sign(bytes(tmp[f.ann_off:f.hop_off[0]]))
+    n = wire.encode_announcement(tmp, signer.public, 1, [(port, signer.public, sig)])
+    return bytes(tmp[:n])
+
+
+def test_one_large_buffer_reader_takes_it_back_from_a_queued_announcement():
+    # rx_buffers 0: one large buffer for receiving and sending (the ESP32
+    # boards). Our announcement (longer than small_frame) is queued to a
+    # peer that reads nothing (gate closed: its reader waits for its own
+    # large buffer, held by its announcement to us). Our reader must take
+    # the buffer back for the peer's announcement, else neither node moves.
+    async def go():
+        node = make_node(rx_buffers=0, rx_small=1, tx_buffers=1, tx_small=1, small_frame=128)
+        r = node.router
+        assert node.rxpool.size == 2 and node.rxpool.bufs[1] is node.txpool.bufs[1]
+        link = MemLink()
+        peer = Signer(bytes([0x6f]) * 32)     # a key above ours: the root
+        hs, _ = handshake_of(bytes([0x6f]) * 32)
+        link.feed(hs)
+        task = asyncio.ensure_future(stream.run(node, link))
+        await _settle(lambda: r.peers() != [])
+        port = r.peers()[0]["port"]
+        sq = node.sq
+        await _settle(lambda: sq.count[port] == 0)
+        link.gate.clear()                    # from now on the peer takes nothing
+        r.announce_to(port)                  # queued in the large buffer
+        assert sq.count[port] == 1 and sq.lens[port * sq.depth + sq.head[port]] > 128
+        assert node.txpool.free() == 1       # the small one only
+        ann = _root_announcement(peer)
+        assert len(ann) > 128
+        rx0 = r.counters.rx[wire.T_ANNOUNCEMENT]
+        drops0 = r.counters.drops[D_QUEUE_FULL]
+        link.feed(ann)
+        await _settle(lambda: r.counters.rx[wire.T_ANNOUNCEMENT] == rx0 + 1)
+        assert r.counters.drops[D_QUEUE_FULL] > drops0
+        # the peer is our parent now; our announcement was owed and is queued
+        # again (rebuilt below the new root) as soon as the buffer came back
+        assert r.tree.parent == port
+        await _settle(lambda: sq.count[port] == 1)
+        assert node.rxpool.free() == 1 and node.txpool.free() == 1
+        link.gate.set()
+        await _settle(lambda: sq.count[port] == 0)
+        sent = [f for f in link.sent if len(f) > 5 and f[5] == wire.T_ANNOUNCEMENT]
+        assert sent and bytes(sent[-1][12:44]) == bytes(peer.public)   # rooted at the peer
+        assert node.rxpool.free() == node.rxpool.size
+        link.close()
+        await asyncio.wait_for(task, 3)
+    asyncio.run(go())
+
+
+def test_one_large_buffer_a_frame_part_way_out_keeps_it():
+    # a queued frame the link already has the first bytes of cannot be
+    # taken back (the rest must follow): the reader waits for it
+    pool = BufPool(1, 512, 1, 128)
+    rx = BufPool(0, 512, 1, 128, pool)
+    sq = SendQueues(2, 3, pool)
+    sq.reset(1, 3)
+
+    class R(object):
+        def __init__(self):
+            self.ann_pending = bytearray(2)
+            self.counters = type("C", (), {})()
+            self.counters.drops = [0] * len(DROP_NAMES)
+    r = R()
+    frame = bytearray(300)
+    frame[5] = wire.T_ANNOUNCEMENT
+    assert sq.put(1, frame, 300, 20)     # the link took 20 bytes: the rest queued
+    assert rx.take(300) < 0 and not sq.reclaim(r)
+    assert sq.count[1] == 1 and r.ann_pending[1] == 0
+    sq.pop(1)
+    j = pool.take(300)
+    pool.bufs[j][:300] = frame                        # our announcement
+    assert j == 1 and sq.put_owned(1, j, 300, 0)     # not started: taken back, owed
+    assert rx.take(300) < 0 and sq.reclaim(r)
+    assert sq.count[1] == 0 and r.ann_pending[1] == 1 and rx.take(300) == 1
