@@ -540,6 +540,15 @@ class Snake:
                 return -1
         else:
             c.verify_skipped += 1
+        # the watermark goes into the frame before the route is installed:
+        # nh_key points into the routing table when a route entry was
+        # chosen, and a full table's insert may evict that very entry and
+        # write the bootstrapping key into its slot
+        if not dead_end:
+            if keep_wm:
+                self.fwd_len = n
+            else:
+                self.fwd_len = wire.set_watermark(buf, n, f, self.nh_key, self.nh_koff, self.nh_seq)
         # install / refresh the route (every node on the path installs it)
         if slot < 0:
             self._new_key = bkey
@@ -569,10 +578,6 @@ class Snake:
             if desc_change or (self.desc_valid and self.desc_key == bkey):
                 self._set_desc(bkey, port, now, f.root_seq, f.seq)
             return 0
-        if keep_wm:
-            self.fwd_len = n
-        else:
-            self.fwd_len = wire.set_watermark(buf, n, f, self.nh_key, self.nh_koff, self.nh_seq)
         return nh
 
     def _desc_would_change(self, bkey, port):

@@ -228,6 +228,26 @@ def test_bootstrap_forwarded_installs_route_with_next_hop_and_rewrites_watermark
     assert n.r.desc_key() is None
 
 
+def test_full_table_evicting_the_next_hop_route_keeps_the_watermark_it_chose():
+    # overload (docs/CAPACITY.md): the bootstrap's own route evicts the
+    # entry farthest from our key, which can be the entry its next hop was
+    # chosen by. The watermark written is still that entry's (key, seq),
+    # not the slot's new key (the bootstrapping key itself, which made the
+    # next relay drop the bootstrap for its watermark: ba:500:2 with full
+    # ESP32_GENERIC tables).
+    n = setup(max_routes=1)
+    n.r.port_up(2, pub(0), 1, 2)
+    n.r.port_up(3, pub(8), 1, 3)
+    add_route(n, 6, 3, 500, now=5)
+    rx_bootstrap(n, 2, 5, 1000, wm_key=pub(9))
+    out = n.frames(B_, 3)
+    assert len(out) == 1
+    f = decode(out[0][1])
+    assert bytes(out[0][1][f.wm_off:f.wm_off + 32]) == pub(6) and f.wm_seq == 500
+    s = n.r.snake
+    assert s.routes.find(pub(5)) >= 0 and s.routes.find(pub(6)) < 0   # evicted for it
+
+
 def test_bootstrap_with_bad_signature_is_dropped():
     n = setup()
     n.r.port_up(2, pub(2), 1, 2)
