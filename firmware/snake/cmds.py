@@ -11,7 +11,7 @@ import asyncio
 import binascii
 import sys
 
-from snake import platform
+from snake import platform, report
 from snake.console import ConsoleError, COMMANDS, _hex
 
 PING_MAX = 100
@@ -175,21 +175,21 @@ def _run(c, cmd, args, rid):
     now = node.now()
     if cmd == "status":
         _need(args, 0, 0, "status")
-        d = r.snapshot()
+        d = report.snapshot(r)
         d["version"] = _router_version()
         d["uptime_s"] = node.uptime_s()
         d["mem_free"] = c.heap[1] if c.heap is not None else None
         d["listen"] = node.listeners
-        d["capacity"] = r.capacity()
+        d["capacity"] = report.capacity(r)
         return d
     if cmd == "peers":
         _need(args, 0, 0, "peers")
-        return {"peers": r.peers()}
+        return {"peers": report.peers(r)}
     if cmd == "tree":
         _need(args, 0, 0, "tree")
-        s = r.snapshot()
+        s = report.snapshot(r)
         return {"root": s["root"], "root_seq": s["root_seq"], "parent": s["parent"],
-                "coords": s["coords"], "depth": s["depth"], "ancestors": r.ancestors()}
+                "coords": s["coords"], "depth": s["depth"], "ancestors": report.ancestors(r)}
     if cmd == "snake":
         _need(args, 0, 0, "snake")
         sn = r.snake
@@ -200,13 +200,13 @@ def _run(c, cmd, args, rid):
         return {"desc": desc, "routes": sn.routes.count}
     if cmd == "routes":
         _need(args, 0, 0, "routes")
-        return {"routes": r.routes(now)}
+        return {"routes": report.routes(r, now)}
     if cmd == "stats":
         _need(args, 0, 0, "stats")
         d = counters_fields(c)
         d["links"] = dict(node.stats)
         d["handshake_failures"] = dict(node.hs_fail)
-        d["queues"] = node.queue_info()
+        d["queues"] = report.queues(node)
         d["probes"] = dict(node.probes.stats)
         d["console"] = {"requests": c.requests, "bad_lines": c.bad_lines,
                         "dropped_lines": c.dropped, "oom": c.oom}
@@ -249,10 +249,10 @@ def _spawn(c, cmd, rid, coro):
 
 def counters_fields(c):
     r = c.node.router
-    d = r.counters.as_dict()
-    d["evictions"] = r.evictions()
-    d["occupancy"] = r.occupancy()
-    d["capacity"] = r.capacity()
+    d = report.counters(r.counters)
+    d["evictions"] = report.evictions(r)
+    d["occupancy"] = report.occupancy(r)
+    d["capacity"] = report.capacity(r)
     d["mem_free"] = c.heap[1] if c.heap is not None else None
     return d
 
@@ -261,7 +261,7 @@ def records(c):
     """The periodic telemetry records: state, counters, peers."""
     r = c.node.router
     st = c._record("state")
-    s = r.snapshot()
+    s = report.snapshot(r)
     for k in ("root", "root_seq", "parent", "coords", "depth", "desc", "peers", "routes"):
         st[k] = s[k]
     st["profile"] = c.node.profile.name
@@ -270,5 +270,5 @@ def records(c):
     for k in f:
         co[k] = f[k]
     pe = c._record("peers")
-    pe["peers"] = r.peers()
+    pe["peers"] = report.peers(r)
     return (st, co, pe)

@@ -413,3 +413,4 @@ def _drop():
     # CPython a re-import per command would only cost time)
     if platform.MICROPYTHON:
         platform.unload("snake.cmds")
+        platform.unload("snake.report")

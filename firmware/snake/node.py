@@ -648,18 +648,6 @@ class Node:
                 self.router.port_down(p, ticks_ms())
             p += 1
 
-    # ---- introspection (console) -------------------------------------
-    def queue_info(self):
-        out = []
-        sq = self.sq
-        p = 1
-        while p < len(self.links):
-            if self.links[p] is not None:
-                out.append({"port": p, "len": sq.count[p], "limit": sq.limit[p], "high": sq.high[p],
-                            "full": sq.full[p]})
-            p += 1
-        return out
-
 
 def _short(key):
     import binascii

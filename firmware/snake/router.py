@@ -18,8 +18,7 @@ from snake.snek import Snake, FULL_KEY, BOOTSTRAP_SOON_MS, MAINTAIN_INTERVAL_MS,
 from snake.telemetry import (Counters, LINK_NAMES, BYTES_CARRY, D_MALFORMED, D_OVERSIZE,
                              D_UNKNOWN_PORT, D_UNKNOWN_TYPE, D_HOP_LIMIT, D_LOOP, D_WATERMARK, D_NO_ROUTE,
                              D_QUEUE_FULL, D_BAD_SIGNATURE, D_WAKEUP_ROOT, D_WAKEUP_DUP,
-                             D_WAKEUP_HOP_LIMIT, D_SANITY, D_TOO_DEEP, D_NO_MEMORY,
-                             D_ROUTE_TABLE_FULL)
+                             D_WAKEUP_HOP_LIMIT, D_SANITY, D_TOO_DEEP, D_NO_MEMORY)
 
 VERSION = "0.1.0"
 
@@ -831,103 +830,26 @@ class Router:
     def peer_key(self, port):
         return bytes(self.port_key[port]) if self.up[port] else None
 
+    # records of the state (lists and dicts): snake/report.py, cold code
     def peers(self):
-        out = []
-        t = self.tree
-        p = 1
-        while p < len(self.up):
-            if self.up[p]:
-                coords = None
-                if t.ann_valid[p]:
-                    coords = t.coords(p)
-                out.append({
-                    "port": p,
-                    "key": _hex(self.port_key[p]),
-                    "link": LINK_NAMES[self.port_link[p]] if self.port_link[p] < 5 else str(self.port_link[p]),
-                    "root": _hex(t.ann_root[p]) if t.ann_valid[p] else None,
-                    "root_seq": t.ann_seq[p] if t.ann_valid[p] else None,
-                    "coords": coords,
-                })
-            p += 1
-        return out
-
-    def routes(self, now):
-        s = self.snake
-        t = s.routes
-        out = []
-        i = 0
-        while i < t.capacity:
-            if t.used[i]:
-                key = _hex(t.key(i))
-                root, root_seq = s.route_root(i)
-                out.append({
-                    "key": key, "src_port": s.r_src[i], "dst_port": s.r_dst[i],
-                    "root": _hex(root), "root_seq": root_seq,
-                    "wm_key": key, "wm_seq": s.seq(i),
-                    "age_ms": ticks_diff(now, s.r_last[i]),
-                })
-            i += 1
-        return out
-
-    def ancestors(self):
-        t = self.tree
-        if not t.parent:
-            return []
-        return [_hex(t.hop_key(t.parent, i)) for i in range(t.depth())]
+        return _report().peers(self)
 
     def occupancy(self):
-        return {
-            "peers": [sum(self.up), len(self.up) - 1],
-            "routes": [self.snake.routes.count, self.snake.routes.capacity],
-            "coords": [self.ccache.count, self.ccache.capacity],
-            "sigcache": [self.sigcache.count, self.sigcache.capacity],
-            "wakeups": [self.wakeups.count, self.wakeups.capacity],
-            "hops": [self.tree.pool.count, self.tree.pool.capacity],
-        }
+        return _report().occupancy(self)
 
     def capacity(self):
-        """The tables that bound the mesh a node can be part of:
-        {table: [used, capacity, refused]} with `refused` cumulative since
-        boot (telemetry `counters` and console `status`, see docs/CAPACITY.md):
-          peers   ports up / max_peers / links refused for want of a port
-          routes  route entries / max_routes / bootstraps refused plus live
-                  entries evicted for lack of room
-          depth   our tree depth / max_hops / announcements dropped as too deep
-          hops    announcement hops stored for all peers (shared pool) /
-                  hop_pool / peers' announcements forgotten for want of room"""
-        sn = self.snake
-        d = self.counters.drops
-        return {
-            "peers": [sum(self.up), len(self.up) - 1, self.peers_refused],
-            "routes": [sn.routes.count, sn.routes.capacity,
-                       d[D_ROUTE_TABLE_FULL] + sn.routes_refused + sn.evicted_live],
-            "depth": [self.tree.depth(), self.tree.max_hops, d[D_TOO_DEEP]],
-            "hops": [self.tree.pool.count, self.tree.pool.capacity, self.tree.evicted],
-        }
+        return _report().capacity(self)
 
     def evictions(self):
-        return {
-            "routes": self.snake.routes.evictions,
-            "coords": self.ccache.evictions,
-            "sigcache": self.sigcache.evictions,
-            "wakeups": self.wakeups.evictions,
-        }
+        return _report().evictions(self)
 
     def snapshot(self):
-        t = self.tree
-        coords = self.coords()
-        s = self.snake
-        return {
-            "key": _hex(self.key),
-            "root": _hex(t.root_key()),
-            "root_seq": t.root_seq(),
-            "parent": _hex(self.port_key[t.parent]) if t.parent else None,
-            "coords": coords,
-            "depth": len(coords),
-            "desc": _hex(s.desc_key) if s.desc_valid else None,
-            "peers": sum(self.up),
-            "routes": s.routes.count,
-        }
+        return _report().snapshot(self)
+
+
+def _report():
+    from snake import report
+    return report.load()
 
 
 def _no_tx(port, buf, n):

@@ -36,7 +36,7 @@ from snake import wire
 from snake import crypto
 from snake.profile import Profile
 from snake.router import Router
-from snake.telemetry import DROP_NAMES
+from snake.report import DROP_NAMES
 
 FUZZ_FRAMES = 100000
 

@@ -100,7 +100,7 @@ def test_bootstrap_the_full_table_refuses_is_not_verified_on_change():
     # overload policy (docs/CAPACITY.md): a key the full table would refuse
     # changes nothing of ours, so "on-change" relays it unverified (a node
     # that stores its route verifies it); a key that would go in is verified
-    from snake.telemetry import DROP_NAMES
+    from snake.report import DROP_NAMES
     bad = DROP_NAMES.index("bad_signature")
     n = _full_table_node("on-change")
     c = n.r.counters
@@ -115,7 +115,7 @@ def test_bootstrap_the_full_table_refuses_is_not_verified_on_change():
 
 
 def test_bootstrap_the_full_table_refuses_is_verified_with_policy_all():
-    from snake.telemetry import DROP_NAMES
+    from snake.report import DROP_NAMES
     n = _full_table_node("all")
     c = n.r.counters
     done = c.verify_done

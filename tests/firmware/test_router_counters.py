@@ -90,3 +90,18 @@ def test_byte_counters_carry_instead_of_growing_past_a_small_int():
     # the low halves stay below the carry (small ints on a 32-bit port)
     assert c.tx_bytes[t] < BYTES_CARRY and c.tx_bytes_hi[t] == 1
     assert c.tx_bytes_link[WIFI] < BYTES_CARRY and c.tx_bytes_link_hi[WIFI] == 1
+
+
+def test_drop_names_follow_the_drop_indices():
+    # the names live in the cold snake/report.py, the indices in
+    # snake/telemetry.py: every D_X names "x" at its index, none is missing
+    from snake import telemetry
+    from snake.report import DROP_NAMES
+    found = 0
+    for name in dir(telemetry):
+        if name.startswith("D_"):
+            i = getattr(telemetry, name)
+            assert DROP_NAMES[i] == name[2:].lower(), (name, i)
+            found += 1
+    assert found == telemetry.N_DROPS == len(DROP_NAMES)
+    assert len(telemetry.Counters().drops) == len(DROP_NAMES)

@@ -28,7 +28,7 @@ import hostile as H
 from host_tools.sim.harness import Mesh
 from snake import wire
 from snake.crypto import Signer
-from snake.telemetry import DROP_NAMES
+from snake.report import DROP_NAMES
 
 TOPO = "a b c d e\nb f g\nc h\ne h\n"
 VICTIM = "c"

@@ -12,7 +12,7 @@ from snake.crypto import Signer
 from snake import node as nodemod
 from snake.node import BufPool, Node, SendQueues
 from snake.profile import Profile
-from snake.telemetry import DROP_NAMES
+from snake.report import DROP_NAMES
 
 D_QUEUE_FULL = DROP_NAMES.index("queue_full")
 

@@ -1,0 +1,204 @@
+# Records of the router's state for the console, telemetry and the simulator
+# (peers, routes, tree, occupancy, capacity, evictions, counters, queues).
+#
+# Cold code: the running node needs it only while a console command or a
+# telemetry period builds its reply. snake/cmds.py imports it (so its qstrs
+# are interned at boot, stream.py "Nothing new after boot") and the console
+# drops both with the request; Router's and Counters' record methods load it
+# for one call (_report below). As .mpy its bytecode would otherwise stay in
+# the heap for as long as the node runs (README "Memory").
+from snake import platform
+from snake.platform import ticks_diff
+from snake.telemetry import LINK_NAMES, BYTES_CARRY, D_ROUTE_TABLE_FULL, D_TOO_DEEP
+from snake.wire import TYPE_NAMES
+
+# Drop reasons: index -> name, the telemetry.D_* numbering (tests check
+# DROP_NAMES[D_X] == "x"). Every dropped frame increments exactly one.
+DROP_NAMES = (
+    "malformed",         # codec rejected the frame (WireError)
+    "oversize",          # larger than the profile's frame_max
+    "unknown_port",      # frame from a port that is not up
+    "unknown_type",      # frame type we do not handle
+    "hop_limit",         # traffic hop limit exhausted at a relay
+    "loop",              # next hop is the port the frame came in on
+    "watermark",         # new watermark worse than the frame's
+    "no_route",          # traffic reached a dead end not addressed to us
+    "queue_full",        # output queue of the next hop full
+    "bootstrap_root",    # bootstrap for another root / root sequence
+    "bootstrap_replay",  # bootstrap sequence not higher than the route's
+    "bootstrap_self",    # our own bootstrap came back
+    "bad_signature",     # bootstrap / wakeup / announcement signature failed
+    "route_table_full",  # (not counted since such bootstraps are relayed: see capacity routes)
+    "wakeup_root",       # wakeup for another root
+    "wakeup_dup",        # wakeup repeated or too soon from that origin
+    "wakeup_hop_limit",  # wakeup not relayed at hop limit 1
+    "sanity",            # announcement failed a sanity check (peer dropped)
+    "no_buffer",         # no frame buffer free
+    "too_deep",          # announcement deeper than the profile's max_hops
+    "no_memory",         # MemoryError while handling the frame
+)
+
+
+def load():
+    """This module for one call from resident code (Router.peers ...): on
+    MicroPython it leaves sys.modules at once, so its code leaves the heap
+    with the caller's reference."""
+    from snake import report
+    if platform.MICROPYTHON:
+        platform.unload("snake.report")
+    return report
+
+
+def _hex(b):
+    if b is None:
+        return None
+    import binascii
+    return binascii.hexlify(bytes(b)).decode()
+
+
+def counters(c):
+    """telemetry.Counters as a dict of names (console `stats`, telemetry)."""
+    rx = {}
+    tx = {}
+    txb = {}
+    for i in range(len(TYPE_NAMES)):
+        rx[TYPE_NAMES[i]] = c.rx[i]
+        tx[TYPE_NAMES[i]] = c.tx[i]
+        txb[TYPE_NAMES[i]] = c.tx_bytes_hi[i] * BYTES_CARRY + c.tx_bytes[i]
+    txl = {}
+    txbl = {}
+    for i in range(len(LINK_NAMES)):
+        txl[LINK_NAMES[i]] = c.tx_link[i]
+        txbl[LINK_NAMES[i]] = c.tx_bytes_link_hi[i] * BYTES_CARRY + c.tx_bytes_link[i]
+    drops = {}
+    for i in range(len(DROP_NAMES)):
+        if c.drops[i]:
+            drops[DROP_NAMES[i]] = c.drops[i]
+    return {
+        "rx": rx, "tx": tx, "drops": drops,
+        "tx_bytes": txb, "tx_link": txl, "tx_bytes_link": txbl,
+        "verify_done": c.verify_done,
+        "verify_skipped": c.verify_skipped,
+        "verify_cached": c.verify_cached,
+        "delivered": c.delivered,
+        "forwarded": c.forwarded,
+        "originated": c.originated,
+    }
+
+
+def peers(r):
+    out = []
+    t = r.tree
+    p = 1
+    while p < len(r.up):
+        if r.up[p]:
+            coords = None
+            if t.ann_valid[p]:
+                coords = t.coords(p)
+            out.append({
+                "port": p,
+                "key": _hex(r.port_key[p]),
+                "link": LINK_NAMES[r.port_link[p]] if r.port_link[p] < 5 else str(r.port_link[p]),
+                "root": _hex(t.ann_root[p]) if t.ann_valid[p] else None,
+                "root_seq": t.ann_seq[p] if t.ann_valid[p] else None,
+                "coords": coords,
+            })
+        p += 1
+    return out
+
+
+def routes(r, now):
+    s = r.snake
+    t = s.routes
+    out = []
+    i = 0
+    while i < t.capacity:
+        if t.used[i]:
+            key = _hex(t.key(i))
+            root, root_seq = s.route_root(i)
+            out.append({
+                "key": key, "src_port": s.r_src[i], "dst_port": s.r_dst[i],
+                "root": _hex(root), "root_seq": root_seq,
+                "wm_key": key, "wm_seq": s.seq(i),
+                "age_ms": ticks_diff(now, s.r_last[i]),
+            })
+        i += 1
+    return out
+
+
+def ancestors(r):
+    t = r.tree
+    if not t.parent:
+        return []
+    return [_hex(t.hop_key(t.parent, i)) for i in range(t.depth())]
+
+
+def occupancy(r):
+    return {
+        "peers": [sum(r.up), len(r.up) - 1],
+        "routes": [r.snake.routes.count, r.snake.routes.capacity],
+        "coords": [r.ccache.count, r.ccache.capacity],
+        "sigcache": [r.sigcache.count, r.sigcache.capacity],
+        "wakeups": [r.wakeups.count, r.wakeups.capacity],
+        "hops": [r.tree.pool.count, r.tree.pool.capacity],
+    }
+
+
+def capacity(r):
+    """The tables that bound the mesh a node can be part of:
+    {table: [used, capacity, refused]} with `refused` cumulative since
+    boot (telemetry `counters` and console `status`, see docs/CAPACITY.md):
+      peers   ports up / max_peers / links refused for want of a port
+      routes  route entries / max_routes / bootstraps refused plus live
+              entries evicted for lack of room
+      depth   our tree depth / max_hops / announcements dropped as too deep
+      hops    announcement hops stored for all peers (shared pool) /
+              hop_pool / peers' announcements forgotten for want of room"""
+    sn = r.snake
+    d = r.counters.drops
+    return {
+        "peers": [sum(r.up), len(r.up) - 1, r.peers_refused],
+        "routes": [sn.routes.count, sn.routes.capacity,
+                   d[D_ROUTE_TABLE_FULL] + sn.routes_refused + sn.evicted_live],
+        "depth": [r.tree.depth(), r.tree.max_hops, d[D_TOO_DEEP]],
+        "hops": [r.tree.pool.count, r.tree.pool.capacity, r.tree.evicted],
+    }
+
+
+def evictions(r):
+    return {
+        "routes": r.snake.routes.evictions,
+        "coords": r.ccache.evictions,
+        "sigcache": r.sigcache.evictions,
+        "wakeups": r.wakeups.evictions,
+    }
+
+
+def snapshot(r):
+    t = r.tree
+    coords = t.coords()
+    s = r.snake
+    return {
+        "key": _hex(r.key),
+        "root": _hex(t.root_key()),
+        "root_seq": t.root_seq(),
+        "parent": _hex(r.port_key[t.parent]) if t.parent else None,
+        "coords": coords,
+        "depth": len(coords),
+        "desc": _hex(s.desc_key) if s.desc_valid else None,
+        "peers": sum(r.up),
+        "routes": s.routes.count,
+    }
+
+
+def queues(node):
+    """Per live link: send-queue length, limit, high-water mark, refusals."""
+    out = []
+    sq = node.sq
+    p = 1
+    while p < len(node.links):
+        if node.links[p] is not None:
+            out.append({"port": p, "len": sq.count[p], "limit": sq.limit[p], "high": sq.high[p],
+                        "full": sq.full[p]})
+        p += 1
+    return out
