@@ -104,8 +104,46 @@ async def start(args):
             start_ble(node, console)
             node._mark("ble")
         node._mark("console")
+        if platform.MICROPYTHON:
+            _drop_constructors()
     console.boot()
     return console, meter
+
+
+# Classes a node builds exactly once, all of them built by now (Node builds
+# its pools, queues, Router and Prober; Router its Counters, SigCache, Frame,
+# Tables, Tree and Snake; the Tree its HopPool; boot.py the Meter, the Wifi
+# and the BleManager), and Node.start, run once above. Their code need not
+# stay in the heap for as long as the node runs (as .mpy: bytecode and
+# constants, ~3 KB; frozen: the function objects). Only in a booted node on
+# MicroPython: tests and the simulator build many. Building one of these
+# again in this process raises TypeError (the constructor is None; deleting
+# it would not do: a class's dict keeps a deleted entry's value): nothing
+# does (the console's out-of-memory path builds a Console, which keeps its
+# constructor).
+_BUILT_ONCE = (("snake.node", ("Node", "BufPool", "SendQueues")),
+               ("snake.router", ("Router",)),
+               ("snake.telemetry", ("Counters",)),
+               ("snake.crypto", ("SigCache",)),
+               ("snake.wire", ("Frame",)),
+               ("snake.tables", ("Table", "HopPool")),
+               ("snake.tree", ("Tree",)),
+               ("snake.snek", ("Snake",)),
+               ("snake.probe", ("Prober",)),
+               ("snake.platform", ("Meter",)),
+               ("snake.wifi", ("Wifi",)),
+               ("snake.ble", ("BleManager",)))
+
+
+def _drop_constructors():
+    for mod, names in _BUILT_ONCE:
+        m = sys.modules.get(mod)
+        for name in names:
+            cls = getattr(m, name, None)
+            if cls is not None and "__init__" in cls.__dict__:
+                cls.__init__ = None
+    from snake.node import Node
+    Node.start = None
 
 
 # ---- Wi-Fi bring-up (snake/wifi.py runs what this starts) ----------------
