@@ -195,7 +195,10 @@ class NodeProcess(object):
         cmd.append(self.micropython)
         if self.heapsize:
             cmd += ["-X", "heapsize=%s" % self.heapsize]
-        if self.main is None and self.frozen:
+        if self.main is None and (self.frozen or self.mpy_dir):
+            # main.py found through sys.path[0] == "" (the working directory,
+            # child_env/start): as on a board, each module's __file__ (a qstr
+            # in the heap) is then the short path a board has, snake/x.mpy
             cmd += ["-m", "main"]
         else:
             cmd.append(self.main or os.path.join(self.mpy_dir or FIRMWARE_DIR, "main.py"))
@@ -229,6 +232,9 @@ class NodeProcess(object):
         env = dict(os.environ if self.env is None else self.env)
         if self.frozen:
             path = [".frozen"]     # nothing of firmware/ or lib/ from disk
+        elif self.mpy_dir and self.main is None:
+            # run in mpy_dir ("" comes first in sys.path): "lib" as a board's "/lib"
+            path = [".frozen", "lib"]
         elif self.mpy_dir:
             path = [".frozen", self.mpy_dir, os.path.join(self.mpy_dir, "lib")]
         else:
@@ -246,6 +252,13 @@ class NodeProcess(object):
             env["SNAKEMESH_SEED"] = binascii.hexlify(self.seed).decode()
         return env
 
+    def _cwd(self):
+        if self.frozen:
+            return "/"
+        if self.mpy_dir and self.main is None:
+            return self.mpy_dir
+        return None
+
     # -- lifecycle ------------------------------------------------------------
     def start(self, timeout=BOOT_TIMEOUT):
         cmd = self.command()
@@ -262,7 +275,7 @@ class NodeProcess(object):
         try:
             self.proc = subprocess.Popen(cmd, stdin=self.master, stdout=self.master, stderr=err,
                                          env=self.child_env(), close_fds=True, start_new_session=True,
-                                         cwd="/" if self.frozen else None,
+                                         cwd=self._cwd(),
                                          preexec_fn=_pdeathsig)
         except OSError as e:
             self._close_fds()

@@ -113,14 +113,14 @@ async def start(args):
 # Classes a node builds exactly once, all of them built by now (Node builds
 # its pools, queues, Router and Prober; Router its Counters, SigCache, Frame,
 # Tables, Tree and Snake; the Tree its HopPool; boot.py the Meter, the Wifi
-# and the BleManager), and Node.start, run once above. Their code need not
-# stay in the heap for as long as the node runs (as .mpy: bytecode and
-# constants, ~3 KB; frozen: the function objects). Only in a booted node on
-# MicroPython: tests and the simulator build many. Building one of these
-# again in this process raises TypeError (the constructor is None; deleting
-# it would not do: a class's dict keeps a deleted entry's value): nothing
-# does (the console's out-of-memory path builds a Console, which keeps its
-# constructor).
+# and the BleManager), and the methods only start() calls (_BOOT_ONLY):
+# their code need not stay in the heap for as long as the node runs (as
+# .mpy: bytecode and constants, ~3.5 KB; frozen: the function objects).
+# Only in a booted node on MicroPython: tests and the simulator build many.
+# Building one of these again in this process raises TypeError (the
+# constructor is None; deleting it would not do: a class's dict keeps a
+# deleted entry's value); nothing does (the console's out-of-memory path
+# builds a Console, which keeps its constructor).
 _BUILT_ONCE = (("snake.node", ("Node", "BufPool", "SendQueues")),
                ("snake.router", ("Router",)),
                ("snake.telemetry", ("Counters",)),
@@ -142,8 +142,15 @@ def _drop_constructors():
             cls = getattr(m, name, None)
             if cls is not None and "__init__" in cls.__dict__:
                 cls.__init__ = None
-    from snake.node import Node
-    Node.start = None
+    for mod, name, methods in _BOOT_ONLY:
+        cls = getattr(sys.modules.get(mod), name, None)
+        for meth in methods:
+            setattr(cls, meth, None)
+
+
+# methods only the boot above calls (start() and its helpers)
+_BOOT_ONLY = (("snake.node", "Node", ("start", "_mark", "warn")),
+              ("snake.console", "Console", ("attach",)))
 
 
 # ---- Wi-Fi bring-up (snake/wifi.py runs what this starts) ----------------
