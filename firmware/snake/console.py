@@ -352,6 +352,11 @@ class Console:
         except Exception as e:
             self.reply(cmd, rid, error="%s failed: %s" % (cmd, type(e).__name__))
             return
+        finally:
+            # the finished coroutine still holds snake/probing.py's code
+            # (~2 KB as .mpy), and this task's frame outlives the run for
+            # a while (the finished task is not freed at once): let go now
+            coro = None
         if cmd == "trace":
             d["reached"] = d["ok"]
             self.reply(cmd, rid, d, ok=d["ok"])
