@@ -1,7 +1,7 @@
 # The asyncio node runtime around the sans-I/O router core.
 #
 # Node owns: the Router, the real clock (snake.platform.ticks_ms), a tick
-# task (router.tick every TICK_MS <= 250 ms), the switch ports' links and
+# task (router.tick every _TICK_MS <= 250 ms), the switch ports' links and
 # their bounded send queues, ping/trace (snake.probe), counters of the
 # runtime itself, and the transports (wifi.py, ble.py) and the console.
 #
@@ -52,7 +52,7 @@
 # frames or no buffer of the pool fits. limit = profile.wifi_queue for TCP
 # links, profile.ble_queue for Bluetooth (link type 4). One flusher task
 # for all ports hands queued frames to their links, oldest first, as they
-# take them (looking again every FLUSH_MS while one is full), and gives a
+# take them (looking again every _FLUSH_MS while one is full), and gives a
 # buffer back once the link took all of it; a busy port cannot take more
 # than its ring's share, and no port needs a task or an object of its own.
 import asyncio
@@ -60,19 +60,19 @@ import sys
 from array import array
 
 from snake import platform, wire
-from snake.platform import ticks_ms, ticks_diff, copy_into
+from snake.platform import ticks_ms, ticks_diff, copy_into, const
 from snake import crypto
 from snake.router import Router
 from snake.telemetry import D_QUEUE_FULL
 from snake import probe
 from snake import stream     # at boot, not at the first link (stream.py: nothing new after boot)
 
-TICK_MS = 100
+_TICK_MS = const(100)
 LINK_BLE = 4
 HANDSHAKE_TIMEOUT_MS = 10000
-EXTRA_HANDSHAKES = 2
+_EXTRA_HANDSHAKES = const(2)
 RX_HOLD_MS = 5000        # a link holding a receive buffer this long is closed ("slow")
-FLUSH_MS = 10            # the flusher looks again this soon while a link is full
+_FLUSH_MS = const(10)            # the flusher looks again this soon while a link is full
 
 
 def _sleep_ms(ms):
@@ -338,7 +338,7 @@ class Node:
         self.rx_since = [0] * P  # ticks a port took an rx buffer (0: none held)
         self.tasks = [None] * P
         self.rx_out = 0          # links being served (stream.run), handshakes included
-        self.rx_max = profile.max_peers + EXTRA_HANDSHAKES
+        self.rx_max = profile.max_peers + _EXTRA_HANDSHAKES
         self.hop_limit = getattr(profile, "traffic_hop_limit", wire.HOP_LIMIT_TRAFFIC)
         hs_ms = getattr(config, "hs_timeout_ms", None) if config is not None else None
         self.hs_timeout_ms = hs_ms or HANDSHAKE_TIMEOUT_MS
@@ -593,7 +593,7 @@ class Node:
                 self._slow(now)
             except MemoryError:
                 self.oom()
-            await _sleep_ms(TICK_MS)
+            await _sleep_ms(_TICK_MS)
 
     def _slow(self, now):
         # a link that holds a receive buffer too long (a frame trickling in)
@@ -612,7 +612,7 @@ class Node:
 
     async def _flush(self):
         # the one writer of every port: hands queued frames to their links
-        # as they take them; while a link is full, looks again every FLUSH_MS
+        # as they take them; while a link is full, looks again every _FLUSH_MS
         sq = self.sq
         links = self.links
         while True:
@@ -627,7 +627,7 @@ class Node:
                         blocked = True
                 p += 1
             if blocked:
-                await _sleep_ms(FLUSH_MS)
+                await _sleep_ms(_FLUSH_MS)
             else:
                 sq.ev.clear()
                 await sq.ev.wait()

@@ -11,7 +11,7 @@
 from snake import wire
 from snake import platform
 from array import array
-from snake.platform import ticks_diff, copy_into, key_cmp
+from snake.platform import ticks_diff, copy_into, key_cmp, const
 from snake.tables import Table, key_eq_at
 from snake.tree import Tree
 from snake.snek import Snake, FULL_KEY, BOOTSTRAP_SOON_MS, MAINTAIN_INTERVAL_MS, SEQ_LIMIT
@@ -22,10 +22,10 @@ from snake.telemetry import (Counters, LINK_NAMES, BYTES_CARRY, D_MALFORMED, D_O
 
 VERSION = "0.1.0"
 
-KEEPALIVE_MS = 3000          # send a keepalive after 3 s with nothing sent
+_KEEPALIVE_MS = const(3000)          # send a keepalive after 3 s with nothing sent
 DEAD_MS = 5000               # a peer silent for 5 s is dead
-COORD_LIFETIME_MS = 60000    # cached source coordinates live 1 min
-WAKEUP_MIN_GAP_MS = 30000    # ignore a wakeup within 30 s of the last from that origin
+_COORD_LIFETIME_MS = const(60000)    # cached source coordinates live 1 min
+_WAKEUP_MIN_GAP_MS = const(30000)    # ignore a wakeup within 30 s of the last from that origin
 WAKEUP_INTERVAL_MS = 60000   # the reference's periodic flood (reference timing only)
 
 # ---- control timing policy ---------------------------------------------
@@ -557,7 +557,7 @@ class Router:
         scoords = self.tree.coords_bytes()
         dc = None
         slot = self.ccache.find(dst)
-        if slot >= 0 and ticks_diff(now, self.cc_time[slot]) < COORD_LIFETIME_MS:
+        if slot >= 0 and ticks_diff(now, self.cc_time[slot]) < _COORD_LIFETIME_MS:
             co = slot * self.cc_max
             dc = bytes(self.cc_coords[co:co + self.cc_len[slot]])
         pool = self.txpool
@@ -659,7 +659,7 @@ class Router:
             return
         slot = self.wakeups.find_at(buf, f.src_off)
         if slot >= 0 and (not self._wf_older(slot, f.seq)
-                          or ticks_diff(now, self.wf_time[slot]) < WAKEUP_MIN_GAP_MS):
+                          or ticks_diff(now, self.wf_time[slot]) < _WAKEUP_MIN_GAP_MS):
             c.drops[D_WAKEUP_DUP] += 1
             return
         so = f.src_off
@@ -749,7 +749,7 @@ class Router:
                 if ticks_diff(now, self.last_rx[p]) >= DEAD_MS:
                     self.event("peer_dead", self.port_key[p])
                     self._kill(p, "dead")
-                elif ticks_diff(now, self.last_tx[p]) >= KEEPALIVE_MS:
+                elif ticks_diff(now, self.last_tx[p]) >= _KEEPALIVE_MS:
                     n = wire.encode_keepalive(self.buf)
                     self._tx(p, self.buf, n)
             p += 1

@@ -8,7 +8,7 @@
 from array import array
 from snake import wire
 from snake.tables import Table
-from snake.platform import ticks_diff, copy_into, key_cmp
+from snake.platform import ticks_diff, copy_into, key_cmp, const
 from snake.telemetry import (D_BOOTSTRAP_ROOT, D_BOOTSTRAP_REPLAY, D_BOOTSTRAP_SELF,
                              D_BAD_SIGNATURE, D_ROUTE_TABLE_FULL, D_LOOP, D_WATERMARK,
                              D_MALFORMED)
@@ -36,8 +36,8 @@ def worse(akey, aseq, bkey, bseq):
 
 SEQ_LIMIT = 1 << 61              # bootstrap sequences stored as two 30/31-bit halves
 _LO = 0x3FFFFFFF
-NO_ROOT = 255                    # r_root value: installed under a root no longer known
-ROOT_RING = 4
+_NO_ROOT = const(255)                    # r_root value: installed under a root no longer known
+_ROOT_RING = const(4)
 
 
 class Snake:
@@ -52,10 +52,10 @@ class Snake:
         self.r_last = array("i", [0] * cap)   # ticks when last refreshed (< 2**30)
         # root (key, sequence) the route was installed under, as an index
         # into a small ring of recent roots (exact: equal index <=> equal
-        # root key and root sequence); NO_ROOT once that ring slot is reused
+        # root key and root sequence); _NO_ROOT once that ring slot is reused
         self.r_root = bytearray(cap)
-        self.ring_key = [b""] * ROOT_RING
-        self.ring_seq = [0] * ROOT_RING
+        self.ring_key = [b""] * _ROOT_RING
+        self.ring_seq = [0] * _ROOT_RING
         self.ring_next = 0
         # bootstrap sequence = watermark sequence, as (hi, lo) halves: a
         # Unix-ms sequence is a boxed 32-byte long int on a 32-bit board,
@@ -125,17 +125,17 @@ class Snake:
         """Ring index for (root key object, root sequence); makes room by
         reusing the oldest slot (routes still naming it lose their root)."""
         i = 0
-        while i < ROOT_RING:
+        while i < _ROOT_RING:
             if self.ring_seq[i] == root_seq and self.ring_key[i] == root:
                 return i
             i += 1
         i = self.ring_next
-        self.ring_next = (i + 1) % ROOT_RING
+        self.ring_next = (i + 1) % _ROOT_RING
         t = self.routes
         s = 0
         while s < t.capacity:
             if self.r_root[s] == i:
-                self.r_root[s] = NO_ROOT
+                self.r_root[s] = _NO_ROOT
             s += 1
         self.ring_key[i] = bytes(root)
         self.ring_seq[i] = root_seq
@@ -144,7 +144,7 @@ class Snake:
     def route_root(self, slot):
         """(root key bytes or None, root sequence) a route was installed under."""
         i = self.r_root[slot]
-        if i == NO_ROOT:
+        if i == _NO_ROOT:
             return None, 0
         return self.ring_key[i], self.ring_seq[i]
 

@@ -10,12 +10,12 @@
 # router to send announcements (router.announce_to(port) / announce_all()).
 from snake import wire
 from array import array
-from snake.platform import ticks_diff, copy_into, key_cmp
+from snake.platform import ticks_diff, copy_into, key_cmp, const
 from snake.tables import key_eq_at, keys_eq_at, HopPool, NONE
 
-ROOT_INTERVAL_MS = 30 * 60 * 1000   # root re-announces with seq+1
-ANN_EXPIRY_MS = 45 * 60 * 1000      # a peer's announcement expires
-REPARENT_WAIT_MS = 1000             # after bad news: wait before selecting
+_ROOT_INTERVAL_MS = const(30 * 60 * 1000)   # root re-announces with seq+1
+_ANN_EXPIRY_MS = const(45 * 60 * 1000)      # a peer's announcement expires
+_REPARENT_WAIT_MS = const(1000)             # after bad news: wait before selecting
 
 # sanity check failures (also telemetry event details)
 S_OK = None
@@ -193,7 +193,7 @@ class Tree:
         return best
 
     def expired(self, port, now):
-        return ticks_diff(now, self.ann_time[port]) >= ANN_EXPIRY_MS
+        return ticks_diff(now, self.ann_time[port]) >= _ANN_EXPIRY_MS
 
     # ---- receive --------------------------------------------------------
     def fits(self, f):
@@ -479,12 +479,12 @@ class Tree:
             self.select_parent(now)
 
     def tick(self, now):
-        if self.wait and ticks_diff(now, self.wait_until) >= REPARENT_WAIT_MS:
+        if self.wait and ticks_diff(now, self.wait_until) >= _REPARENT_WAIT_MS:
             self.wait = False
             self.select_parent(now)
         if self.parent and self.expired(self.parent, now):
             self.select_parent(now)
-        if self.parent == 0 and ticks_diff(now, self.root_sent) >= ROOT_INTERVAL_MS:
+        if self.parent == 0 and ticks_diff(now, self.root_sent) >= _ROOT_INTERVAL_MS:
             self.seq += 1
             self.root_sig = None
             self.root_sent = now
