@@ -73,9 +73,7 @@ _ETIMEDOUT = const(110)
 
 _LINK_BLE = const(4)     # link.py LINK_BLE
 
-SVC_UUID_STR = "a3c8f4e0-6b1d-4e52-9c7a-0d5e2f8b1a60"
-RX_UUID_STR = "a3c8f4e0-6b1d-4e52-9c7a-0d5e2f8b1a61"
-TX_UUID_STR = "a3c8f4e0-6b1d-4e52-9c7a-0d5e2f8b1a62"
+SVC_UUID_STR = "a3c8f4e0-6b1d-4e52-9c7a-0d5e2f8b1a60"   # RX, TX: ble_cold.py
 
 _ADV_VERSION = const(1)
 _PREFIX_LEN = const(8)
@@ -114,9 +112,7 @@ _DEAD = const(7)         # disconnected (IRQ); the manager frees it
 _CENTRAL = const(0)
 _PERIPHERAL = const(1)
 
-STAT_NAMES = ("connects_out", "connects_in", "connect_fail", "setup_fail", "links_up",
-              "disconnects", "refused_full", "overflow", "send_stall", "adv_errors",
-              "scan_errors", "duplicate", "bytes_in", "bytes_out", "retries", "oom")
+# BleManager.stats: its keys are ble_cold.STAT_NAMES
 
 
 # the service UUID in air order (16 bytes, little-endian)

@@ -9,7 +9,16 @@
 import asyncio
 
 from snake.platform import const
-from snake.ble import MTU, STAT_NAMES, SVC_UUID_STR, RX_UUID_STR, TX_UUID_STR, Slot
+from snake.ble import MTU, SVC_UUID_STR, Slot
+
+# the characteristics of ble.py's service (header there)
+RX_UUID_STR = "a3c8f4e0-6b1d-4e52-9c7a-0d5e2f8b1a61"
+TX_UUID_STR = "a3c8f4e0-6b1d-4e52-9c7a-0d5e2f8b1a62"
+
+# the counters of BleManager.stats (init, snapshot)
+STAT_NAMES = ("connects_out", "connects_in", "connect_fail", "setup_fail", "links_up",
+              "disconnects", "refused_full", "overflow", "send_stall", "adv_errors",
+              "scan_errors", "duplicate", "bytes_in", "bytes_out", "retries", "oom")
 
 # the same values as in ble.py (const(): not importable from there)
 _N_CANDIDATES = const(8)
