@@ -114,9 +114,10 @@ def build_mpy(out_dir):
             jobs.append((os.path.join(LIB_DIR, name), os.path.join(out_dir, "lib", name[:-3] + ".mpy")))
     for src, dst in jobs:
         # as `snakemesh deploy` builds them: no line-number tables, and the
-        # source named by its path on the board (a qstr in the heap), not by
-        # this host's absolute path
-        rel = os.path.relpath(dst, out_dir)[:-4] + ".py"
+        # source named as the module's __file__ (one qstr in the heap, not
+        # two; deploy.board_file_name), here relative: the node runs in
+        # out_dir with "lib" for a board's "/lib" (NodeProcess.child_env)
+        rel = os.path.relpath(dst, out_dir).replace(os.sep, "/")
         r = subprocess.run([tool, "-X", "no-source-lines", "-s", rel, "-o", dst, src],
                            capture_output=True, text=True)
         if r.returncode != 0:

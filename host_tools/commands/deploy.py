@@ -147,15 +147,26 @@ def source_plan(root):
     return plan
 
 
-def mpy_cross(src, out, arch, source_name, source_lines=False):
-    """Compile one file; InputError with the compiler's message on failure.
-    Without source_lines the .mpy has no line-number tables: a few KB less
-    of the board's heap (README "Memory"); tracebacks then show no lines."""
+def board_file_name(dev):
+    """The name MicroPython on the board gives the module file at device
+    path `dev` when it imports it (its __file__): through sys.path's "/lib"
+    for /lib/..., through "" (the working directory, /) for the rest. A
+    .mpy's source name is a qstr in the board's heap, and so is __file__:
+    the same string is one qstr (README "Memory")."""
+    return dev if dev.startswith("/lib/") else dev.lstrip("/")
+
+
+def mpy_cross(src, out, arch, source_name, source_lines=False, label=None):
+    """Compile one file; InputError with the compiler's message on failure
+    (naming the file by `label`, default source_name). Without source_lines
+    the .mpy has no line-number tables: a few KB less of the board's heap
+    (README "Memory"); tracebacks then show no lines."""
+    label = label or source_name
     args = ["-march=" + arch, "-s", source_name]
     if not source_lines:
         args += ["-X", "no-source-lines"]
     result = boards.run_tool("mpy-cross", args + ["-o", out, src],
-                             timeout=60, what="compiling " + source_name)
+                             timeout=60, what="compiling " + label)
     if result.returncode != 0:
         lines = [l.strip() for l in result.output().splitlines() if l.strip()]
         where = ""
@@ -164,7 +175,7 @@ def mpy_cross(src, out, arch, source_name, source_lines=False):
             if m and "File" in l:
                 where = " line " + m.group(1)
         msg = lines[-1] if lines else "exit %d" % result.returncode
-        raise InputError("mpy-cross -march=%s failed on %s%s: %s" % (arch, source_name, where, msg),
+        raise InputError("mpy-cross -march=%s failed on %s%s: %s" % (arch, label, where, msg),
                          detail="\n".join(lines))
 
 
@@ -189,7 +200,7 @@ def build(board, out_dir, root=None, boards_dir=None, progress=None, source_line
             if progress:
                 progress(i + 1, len(plan), rel)
             if kind == "mpy":
-                mpy_cross(src, local, board.mpy_arch, rel, source_lines)
+                mpy_cross(src, local, board.mpy_arch, board_file_name(dev), source_lines, label=rel)
             else:
                 # main.py ships as source, but must compile for the board too.
                 mpy_cross(src, os.path.join(check_dir, "main.mpy"), board.mpy_arch, rel, source_lines)

@@ -129,7 +129,7 @@ def test_build_mpy_layout_and_arch(name, src, tmp_path, capfd):
     assert files == DEVICE_FILES
     arch = boards.BOARDS[name].mpy_arch
     # byte-identical to mpy-cross -march=<arch> run by hand
-    want = mpy_cross(str(src / "firmware/snake/a.py"), arch, "firmware/snake/a.py", str(tmp_path / "a.mpy"))
+    want = mpy_cross(str(src / "firmware/snake/a.py"), arch, "snake/a.mpy", str(tmp_path / "a.mpy"))
     assert (out / "snake" / "a.mpy").read_bytes() == want
     assert (out / "main.py").read_text() == SOURCES["firmware/main.py"]
     assert json.loads((out / "profile.json").read_text())["name"] == name
@@ -137,7 +137,7 @@ def test_build_mpy_layout_and_arch(name, src, tmp_path, capfd):
     # line numbers only on request (they cost the board's heap)
     out2 = tmp_path / "out2"
     assert main(["build-mpy", "--board", name, "--out", str(out2), "--root", str(src), "--source-lines"]) == 0
-    lines = mpy_cross(str(src / "firmware/snake/a.py"), arch, "firmware/snake/a.py", str(tmp_path / "l.mpy"), True)
+    lines = mpy_cross(str(src / "firmware/snake/a.py"), arch, "snake/a.mpy", str(tmp_path / "l.mpy"), True)
     assert (out2 / "snake" / "a.mpy").read_bytes() == lines != want
 
 
