@@ -86,7 +86,7 @@ class BufPool:
     bytearrays, one free stack, one event (a board's one large buffer,
     "One large buffer" above)."""
 
-    def __init__(self, large, large_size, small, small_size, shared=None):
+    def __init__(self, large, large_size, small, small_size, shared=None, views=True):
         if small_size >= large_size:
             large += small
             small = 0
@@ -114,7 +114,9 @@ class BufPool:
             for b in shared.bufs[shared.nsmall:]:
                 self.bufs.append(b)
         self.size = len(self.bufs)
-        self.mvs = [memoryview(b) for b in self.bufs]
+        # views: the receive pool reads frames into mvs[i][k:n]; the
+        # transmit pool's buffers are only handed over whole (no views)
+        self.mvs = [memoryview(b) for b in self.bufs] if views else None
 
     def free(self):
         return self.ns + self.lp.nl
@@ -315,7 +317,8 @@ class Node:
         P = profile.max_peers + 1
         # buffers that take any frame are profile.large: frame_max, or the
         # deepest announcement stored (ann_max) when that is longer
-        self.txpool = BufPool(profile.tx_buffers, profile.large, profile.tx_small, profile.small_frame)
+        self.txpool = BufPool(profile.tx_buffers, profile.large, profile.tx_small, profile.small_frame,
+                              None, False)
         depth = profile.wifi_queue if profile.wifi_queue > profile.ble_queue else profile.ble_queue
         self.sq = SendQueues(P, depth, self.txpool)
         self.flusher = None

@@ -144,19 +144,20 @@ async def run(node, link):
             return "handshake"
         if getattr(link, "want_key", False):
             link.peer_key = buf      # the dialler of a static peer remembers it
-        # frame headers: a 10-byte buffer (one 16-byte heap block); the
-        # handshake's 104 bytes go back to the heap for as long as the link
-        # lives. Few locals: this coroutine's frame is kept per link (each
+        # frame headers: a 10-byte buffer (one 16-byte heap block), read
+        # into as it is (links take a bytearray or a memoryview; no view
+        # kept per link); the handshake's 104 bytes and their view go back
+        # to the heap for as long as the link lives. Few locals: this coroutine's frame is kept per link (each
         # local is a word of it), so the node's tables are read through node.
         hb = bytearray(_HL)
-        mv = memoryview(hb)
+        mv = None
         port = node.link_up(link, buf)
         if not port:
             return "refused"
         while True:
             k = 0
             while k < _HL:
-                g = await link.recv_into(mv if k == 0 else mv[k:])
+                g = await link.recv_into(hb if k == 0 else memoryview(hb)[k:])
                 if g <= 0:
                     return "eof"
                 k += g
@@ -185,7 +186,7 @@ async def run(node, link):
                 j = pool.take(n)
             if j < 0:
                 node.router.counters.drops[D_OVERSIZE] += 1
-                if not await _skip(link, mv, n - _HL):
+                if not await _skip(link, memoryview(hb), n - _HL):
                     break
                 continue
             node.rx_since[port] = ticks_ms() | 1
