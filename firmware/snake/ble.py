@@ -112,7 +112,25 @@ _DEAD = const(7)         # disconnected (IRQ); the manager frees it
 _CENTRAL = const(0)
 _PERIPHERAL = const(1)
 
-# BleManager.stats: its keys are ble_cold.STAT_NAMES
+# BleManager.stats: a list of counters (counting allocates nothing, and no
+# name string stays in the heap), indexed by these; their names, in this
+# order: ble_cold.STAT_NAMES (records, snapshot; a test checks the two agree)
+_S_CONNECTS_OUT = const(0)
+_S_CONNECTS_IN = const(1)
+_S_CONNECT_FAIL = const(2)
+_S_SETUP_FAIL = const(3)
+_S_LINKS_UP = const(4)
+_S_DISCONNECTS = const(5)
+_S_REFUSED_FULL = const(6)
+_S_OVERFLOW = const(7)
+_S_SEND_STALL = const(8)
+_S_ADV_ERRORS = const(9)
+_S_SCAN_ERRORS = const(10)
+_S_DUPLICATE = const(11)
+_S_BYTES_IN = const(12)
+_S_BYTES_OUT = const(13)
+_S_RETRIES = const(14)
+_S_OOM = const(15)
 
 
 # the service UUID in air order (16 bytes, little-endian)
@@ -304,7 +322,7 @@ class BleLink:
                 return 0
             n = s.get_into(mv, len(mv))
             if n:
-                self.m.stats["bytes_in"] += n
+                self.m.stats[_S_BYTES_IN] += n
                 return n
             if s.state != _UP or s.gone or s.kill or s.closing:
                 return 0
@@ -335,7 +353,7 @@ class BleLink:
                 return 0
             self.close()
             return -1
-        m.stats["bytes_out"] += c
+        m.stats[_S_BYTES_OUT] += c
         return c
 
     def try_send(self, buf, n, off):
@@ -375,12 +393,12 @@ class BleLink:
                     raise OSError(_ENOTCONN)
                 if c == 0:
                     # stack out of tx buffers: wait for the radio to drain
-                    self.m.stats["retries"] += 1
+                    self.m.stats[_S_RETRIES] += 1
                     if not stalled:
                         stalled = True
                         stall = ticks_ms()
                     elif ticks_diff(ticks_ms(), stall) > _SEND_STALL_MS:
-                        self.m.stats["send_stall"] += 1
+                        self.m.stats[_S_SEND_STALL] += 1
                         self.close()
                         raise OSError(_ETIMEDOUT)
                     await asyncio.sleep(0.005)
@@ -437,7 +455,7 @@ class BleManager:
             return
         if not s.put(data):
             s.overflow = True
-            self.stats["overflow"] += 1
+            self.stats[_S_OVERFLOW] += 1
         f = s.flag
         if f is not None:
             f.set()
@@ -475,15 +493,15 @@ class BleManager:
                 if s.state != _FREE and _less(s.addr, 0, addr, 0, 6) == 0:
                     # the peer reconnected before we noticed the old link die
                     s.kill = True
-                    self.stats["duplicate"] += 1
+                    self.stats[_S_DUPLICATE] += 1
             # keep a slot for our own outstanding connection attempt
             s = self._free_slot(1 if self.p_active else 0)
             if s is None:
-                self.stats["refused_full"] += 1
+                self.stats[_S_REFUSED_FULL] += 1
                 self.ble.gap_disconnect(conn)
                 return
             self._claim(s, _PERIPHERAL, conn, addr_type, addr, _PERIPH_WAIT)
-            self.stats["connects_in"] += 1
+            self.stats[_S_CONNECTS_IN] += 1
         elif event == _IRQ_PERIPHERAL_CONNECT:
             conn, addr_type, addr = data
             s = self._free_slot(0) if self.p_active else None
@@ -493,7 +511,7 @@ class BleManager:
                 return
             self.p_active = False
             self._claim(s, _CENTRAL, conn, addr_type, addr, _SETUP_MTU)
-            self.stats["connects_out"] += 1
+            self.stats[_S_CONNECTS_OUT] += 1
         elif event == _IRQ_CENTRAL_DISCONNECT or event == _IRQ_PERIPHERAL_DISCONNECT:
             conn, addr_type, addr = data
             s = self._slot_conn(conn)
@@ -596,7 +614,7 @@ class BleManager:
             except MemoryError:
                 # no heap for one pass (a link object, a stack call): counted;
                 # the manager must outlive it, or BLE is gone for good
-                self.stats["oom"] += 1
+                self.stats[_S_OOM] += 1
                 import gc
                 gc.collect()
             await asyncio.sleep(_TICK_MS / 1000)
@@ -634,7 +652,7 @@ class BleManager:
         if s.role == _CENTRAL:
             self._backoff(self._cand_of(s), now, failed)
         if s.t_up != 0:
-            self.stats["disconnects"] += 1
+            self.stats[_S_DISCONNECTS] += 1
         s.gen += 1
         if s.flag is not None:
             s.flag.set()
@@ -692,24 +710,24 @@ class BleManager:
             elif st == _SETUP_SVC:
                 if s.disc_done:
                     if s.svc_end == 0:
-                        self.stats["setup_fail"] += 1
+                        self.stats[_S_SETUP_FAIL] += 1
                         s.kill = True
                     else:
                         s.state = _SETUP_CHR
                         s.disc_done = False
                         ble.gattc_discover_characteristics(s.conn, s.svc_start, s.svc_end)
                 elif el > _SETUP_TIMEOUT_MS:
-                    self.stats["setup_fail"] += 1
+                    self.stats[_S_SETUP_FAIL] += 1
                     s.kill = True
             elif st == _SETUP_CHR:
                 if s.disc_done:
                     if s.rx_handle == 0 or s.tx_handle == 0:
-                        self.stats["setup_fail"] += 1
+                        self.stats[_S_SETUP_FAIL] += 1
                         s.kill = True
                     else:
                         self._up(s, now)
                 elif el > _SETUP_TIMEOUT_MS:
-                    self.stats["setup_fail"] += 1
+                    self.stats[_S_SETUP_FAIL] += 1
                     s.kill = True
             elif st == _PERIPH_WAIT:
                 if s.mtu_done or el > _MTU_WAIT_MS:
@@ -720,7 +738,7 @@ class BleManager:
     def _connect_attempt(self, now):
         if self.p_fail:
             self.p_fail = False
-            self.stats["connect_fail"] += 1
+            self.stats[_S_CONNECT_FAIL] += 1
             self._backoff(self.p_ci, now, True)
         if not self.p_active:
             return
@@ -734,7 +752,7 @@ class BleManager:
         elif el > _CONNECT_SCAN_MS + 4000:
             # the stack never answered: give up on it
             self.p_active = False
-            self.stats["connect_fail"] += 1
+            self.stats[_S_CONNECT_FAIL] += 1
             self._backoff(self.p_ci, now, True)
 
     def _up(self, s, now):
@@ -742,7 +760,7 @@ class BleManager:
             link = BleLink(self, s)
         except MemoryError:
             # the connection cannot be served: drop it (the central retries)
-            self.stats["oom"] += 1
+            self.stats[_S_OOM] += 1
             s.kill = True
             return
         s.state = _UP
@@ -751,12 +769,12 @@ class BleManager:
         s.flag = link.flag
         if s.count():
             link.flag.set()
-        self.stats["links_up"] += 1
+        self.stats[_S_LINKS_UP] += 1
         try:
             self.on_link(link)
         except MemoryError:
             # nobody will serve it (no task): close it, the slot is freed
-            self.stats["oom"] += 1
+            self.stats[_S_OOM] += 1
             link.close()
 
     def _radio(self, now):
@@ -777,7 +795,7 @@ class BleManager:
                     self.scanning = False   # gap_connect stops the scan
                 except OSError:
                     self.p_active = False
-                    self.stats["connect_fail"] += 1
+                    self.stats[_S_CONNECT_FAIL] += 1
                     self._backoff(ci, now, True)
         # 2. scan whenever no connection attempt is pending
         if not self.p_active and not self.scanning:
@@ -788,7 +806,7 @@ class BleManager:
                 if e.args and e.args[0] == _EALREADY:
                     self.scanning = True
                 else:
-                    self.stats["scan_errors"] += 1
+                    self.stats[_S_SCAN_ERRORS] += 1
         # 3. advertise while a slot is free (the free count is in the payload)
         free = self.nslots - self._used()
         if free > 0:
@@ -798,7 +816,7 @@ class BleManager:
                     self.advertising = True
                     self.adv_free = free
                 except OSError:
-                    self.stats["adv_errors"] += 1
+                    self.stats[_S_ADV_ERRORS] += 1
         elif self.advertising:
             try:
                 ble.gap_advertise(None)

@@ -15,7 +15,7 @@ from snake.ble import MTU, SVC_UUID_STR, Slot
 RX_UUID_STR = "a3c8f4e0-6b1d-4e52-9c7a-0d5e2f8b1a61"
 TX_UUID_STR = "a3c8f4e0-6b1d-4e52-9c7a-0d5e2f8b1a62"
 
-# the counters of BleManager.stats (init, snapshot)
+# the names of BleManager.stats' counters, in ble.py's _S_* order (snapshot)
 STAT_NAMES = ("connects_out", "connects_in", "connect_fail", "setup_fail", "links_up",
               "disconnects", "refused_full", "overflow", "send_stall", "adv_errors",
               "scan_errors", "duplicate", "bytes_in", "bytes_out", "retries", "oom")
@@ -51,9 +51,7 @@ def init(m, profile, public_key, on_link, ble, gap_name):
     m.c_used = bytearray(_N_CANDIDATES)
     m.c_wait = [0] * _N_CANDIDATES     # ticks before which we do not try
     m.c_fails = bytearray(_N_CANDIDATES)
-    m.stats = {}
-    for k in STAT_NAMES:
-        m.stats[k] = 0
+    m.stats = [0] * len(STAT_NAMES)
     m.rx_handle = 0
     m.tx_handle = 0
     m.addr = bytes(6)
@@ -142,6 +140,6 @@ def snapshot(m):
                       "state": s.state, "mtu": s.mtu, "conn": s.conn})
     d = {"links": links, "limit": m.nslots, "advertising": m.advertising,
          "scanning": m.scanning}
-    for k in STAT_NAMES:
-        d[k] = m.stats[k]
+    for i in range(len(STAT_NAMES)):
+        d[STAT_NAMES[i]] = m.stats[i]
     return d
