@@ -33,15 +33,13 @@ WAKEUP_INTERVAL_MS = 60000   # the reference's periodic flood (reference timing 
 # applies it and in README "Protocol notes" (figures: make bench, figure 6).
 # Bootstraps (Router.snake_changed, Router.tick): one soon after a change of
 # our place in the snake, then at these intervals, and from then on every
-# BOOTSTRAP_EVERY_MS while nothing changes. The reference bootstraps every
-# 5 s and expires routes and descending entries 10 s after the last one
-# (snek.ROUTE_EXPIRY_MS); 7 s keeps every reference relay on our path
-# refreshed with 3 s to spare.
+# BOOTSTRAP_EVERY_MS: the seeds' and the reference's 5 s, which expire
+# routes and descending entries 10 s after the last bootstrap
+# (snek.ROUTE_EXPIRY_MS), so one lost bootstrap expires nothing.
 BOOTSTRAP_RAMP_MS = (1000, 1000, 1000, 1000,
                      2000, 2000, 2000, 2000, 2000, 2000, 2000, 2000, 2000, 2000,
-                     3000, 4000, 5000, 5000, 5000, 6000, 6000)
-BOOTSTRAP_EVERY_MS = 7000
-WARM_STEP = 16    # index of the first 5 s step of BOOTSTRAP_RAMP_MS (Router._warm)
+                     3000, 4000)
+BOOTSTRAP_EVERY_MS = 5000
 # Our own wakeup (Router._wakeup_due): flooded once our root has changed and
 # stayed for WAKEUP_SETTLE_MS, with hop limit WAKEUP_HOP_LIMIT (the
 # reference: 5); no periodic flood. Early bootstraps for other nodes'
@@ -141,7 +139,6 @@ class Router:
         self.wakeup_hops = WAKEUP_HOP_LIMIT
         self.bs_interval = BOOTSTRAP_EVERY_MS
         self.bs_ramp_ms = BOOTSTRAP_RAMP_MS
-        self.routes_seen = 0          # snake.routes.changes at the last tick
         self.bootstrap_soon = False
         self.bs_ramp = len(BOOTSTRAP_RAMP_MS)   # index into the ramp; at its end: bs_interval
         self.peers_refused = 0    # links refused for want of a free port (peer_refused)
@@ -395,9 +392,9 @@ class Router:
         entry was set to another key or lost. Bootstrap soon - as the
         reference does at these points (_bootstrapSoon on a new parent and
         in _setDescendingNode) - and then, a snakemesh choice, at the
-        BOOTSTRAP_RAMP_MS intervals (1 s four times, 2 s ten times, then 3,
-        4, 5, 5, 5, 6, 6 s: about a minute) before the steady
-        BOOTSTRAP_EVERY_MS (7 s).
+        BOOTSTRAP_RAMP_MS intervals (1 s four times, 2 s ten times, then 3
+        and 4 s: about 35 s) before the steady BOOTSTRAP_EVERY_MS (5 s, the
+        seeds' interval).
 
         Why the ramp: after such a change the snake is rebuilt in rounds. A
         bootstrap only reaches its true successor once the keys between
@@ -410,28 +407,22 @@ class Router:
         change is fresh rebuild it in a few seconds (rgg:250 with host
         tables, seeds 1-3: 50 / 22 / 12 s with the earlier ramp of 1, 1, 2,
         2, 3, 4 s and the reference's wakeups, 19 / 13 / 9 s now; make bench
-        figure 6 for the shared graphs), then the reference's 5 s while
-        routes settle, and only then 7 s.
+        figure 6 for the shared graphs), then the reference's 5 s.
 
-        Why 7 s in steady state: it is what every node pays all the time
-        (bootstraps are ~95 % of the steady control bytes once wakeups no
-        longer flood; 7 s instead of 5 s is 29 % fewer), and a reference
-        node on our bootstrap's path, which expires routes 10 s after the
-        last bootstrap, still gets each refresh with 3 s to spare. Going
-        straight from the first rounds to 7 s let a descending entry expire
-        in mixed meshes while routes were still settling (grid4-0049 with
-        half of the nodes on reference timing). Only when we send our own
-        bootstraps changes (each still signed, with a higher sequence), so
-        peers running the reference see nothing unusual."""
+        Why 5 s in steady state, not more: every relay on the path expires
+        our route, and our successor its descending entry, 10 s after the
+        last bootstrap (the seeds' rule), so at 5 s one lost bootstrap
+        expires nothing. Until 2026-11-25 the ramp went on at 5, 5, 5, 6,
+        6 s to a steady 7 s (29 % fewer control bytes); then one bootstrap
+        lost to a path still settling elsewhere (a relay's route rerouted or
+        evicted) let routes and a descending entry expire, and their
+        repair cost more rounds: ba:500:2 converged at 68-85 s with it,
+        7-49 s at 5 s (docs/CAPACITY.md "Where it stands"). Only when we
+        send our own bootstraps differs from the reference (each still
+        signed, with a higher sequence), so peers running it see nothing
+        unusual."""
         self.bootstrap_soon = True
         self.bs_ramp = 0
-
-    def _warm(self):
-        """Something changed near us: back to the 5 s part of the ramp."""
-        steps = self.bs_ramp_ms
-        i = WARM_STEP
-        if i < len(steps) and self.bs_ramp > i:
-            self.bs_ramp = i
 
     def _tree_changed(self, now):
         tree = self.tree
@@ -679,7 +670,6 @@ class Router:
             self.wf_time[slot] = now
         if self._wakeup_news(buf, so, known, now):
             self.bootstrap_soon = True
-            self._warm()
         wire.set_hop_limit(buf, f.hop_limit - 1)
         p = 1
         while p < len(self.up):
@@ -757,10 +747,6 @@ class Router:
         if ticks_diff(now, sn.last_maintain) >= MAINTAIN_INTERVAL_MS:
             sn.last_maintain = now
             sn.maintain(now)
-        ch = sn.routes.changes
-        if ch != self.routes_seen:
-            self.routes_seen = ch
-            self._warm()
         since = ticks_diff(now, sn.last_bootstrap)
         ramp = self.bs_ramp
         steps = self.bs_ramp_ms

@@ -389,11 +389,11 @@ def bootstrap_times(n, ports, t0, t1, step=100):
     return out
 
 
-def test_bootstrap_soon_then_ramp_then_every_7_seconds_signed_with_increasing_sequence():
+def test_bootstrap_soon_then_ramp_then_every_5_seconds_signed_with_increasing_sequence():
     n = setup()
     # joining a tree (parent and root changed) triggers one bootstrap soon
-    # (>= 500 ms after the last), then the ramp (1 s x 4, 2 s x 10, 3, 4,
-    # 5, 5, 5, 6, 6 s), then every 7 s: snakemesh timing policy (router.py
+    # (>= 500 ms after the last), then the ramp (1 s x 4, 2 s x 10, 3,
+    # 4 s), then every 5 s, the seeds' interval: snakemesh timing policy (router.py
     # BOOTSTRAP_RAMP_MS, BOOTSTRAP_EVERY_MS; Router.snake_changed)
     keepalive(n, [1], 499)
     n.r.tick(499)
@@ -409,17 +409,16 @@ def test_bootstrap_soon_then_ramp_then_every_7_seconds_signed_with_increasing_se
     assert bytes(fr[f.root_off:f.root_off + 32]) == pub(9) and f.root_seq == 1
     assert verify(n.key, bytes(fr[f.signed_off:f.signed_off + f.signed_len]),
                   bytes(fr[f.sig_off:f.sig_off + 64]))
-    times = [600] + bootstrap_times(n, [1], 700, 73000)
+    times = [600] + bootstrap_times(n, [1], 700, 50000)
     gaps = [b - a for a, b in zip(times, times[1:])]
-    assert gaps == [1000] * 4 + [2000] * 10 + [3000, 4000, 5000, 5000, 5000, 6000, 6000,
-                                                7000, 7000], gaps
+    assert gaps == [1000] * 4 + [2000] * 10 + [3000, 4000] + [5000] * 3, gaps
     seqs = [decode(fr).seq for _, fr in n.frames(B_, 1)]
     assert len(seqs) == len(times)
     for a, b in zip(seqs, seqs[1:]):
         assert b > a
 
 
-def test_steady_state_bootstraps_every_7_seconds_and_wakeups_that_bring_news():
+def test_steady_state_bootstraps_every_5_seconds_and_wakeups_that_bring_news():
     n = setup()                                  # K4 below K7 (parent) below K9 (root)
     bootstrap_times(n, [1], 100, 70000)          # the ramp after joining is over
     # wakeups (origin index, sequence) arriving at these times
@@ -443,28 +442,10 @@ def test_steady_state_bootstraps_every_7_seconds_and_wakeups_that_bring_news():
         t += 100
     early = [t for t in times if t - 50 in wakeups]
     assert early == [80100, 114100, 148100, 180100], early
-    # no ramp from the start after a wakeup: a wakeup with news only takes
-    # the interval back to the ramp's 5 s part (Router._warm)
+    # no ramp from the start after a wakeup: one bootstrap soon, and the
+    # steady interval counts from it
     gaps = [b - a for a, b in zip(times, times[1:]) if b not in early]
-    assert set(gaps) <= {5000, 6000, 7000}, gaps
-    assert gaps[:6] == [7000, 5000, 5000, 5000, 6000, 6000], gaps
-
-
-def test_a_change_in_the_routing_table_brings_the_interval_back_to_5_seconds():
-    n = setup()
-    n.r.port_up(2, pub(2), 1, 2)
-    times = bootstrap_times(n, [1, 2], 100, 80000)
-    assert times[-1] - times[-2] == 7000            # steady
-    # a bootstrap of another node passes us: a new route (K5, relayed up)
-    t = times[-1] + 1000
-    rx_bootstrap(n, 2, 5, 1000, t=t)
-    assert n.r.snake.routes.find(pub(5)) >= 0
-    got = bootstrap_times(n, [1, 2], t + 100, t + 45000)
-    gaps = [b - a for a, b in zip([times[-1]] + got, got)]
-    # back to the ramp's 5 s part at once (the current period ends 5 s
-    # after the last bootstrap); nobody refreshes the route, so it expires
-    # 10 s later: another change, 5 s again; then 5, 5, 6, 6 and 7
-    assert gaps == [5000, 5000, 5000, 5000, 5000, 6000, 6000, 7000], gaps
+    assert set(gaps) == {5000}, gaps
 
 
 def test_descending_change_triggers_bootstrap_soon_and_the_ramp():
@@ -476,8 +457,8 @@ def test_descending_change_triggers_bootstrap_soon_and_the_ramp():
     n.r.port_up(2, pub(2), 1, 2)
     n.r.port_up(3, pub(3), 1, 2)
     times = bootstrap_times(n, [1, 2, 3], 100, 80000)
-    assert times[-1] - times[-2] == 7000         # steady: every 7 s
-    # a first descending entry, 1 s into a 7 s period
+    assert times[-1] - times[-2] == 5000         # steady: every 5 s
+    # a first descending entry, 1 s into a 5 s period
     t = times[-1] + 1000
     rx_bootstrap(n, 2, 2, 1000, t=t)
     assert n.r.desc_key() == pub(2)

@@ -42,7 +42,7 @@ def test_mixed_mesh_with_reference_timing_converges_stays_right_and_delivers():
     assert m.converge(timeout=90) is not None, m.problems()
     m.run(30)
     # steady state: the snake stays right every second for 2 minutes, while
-    # snakemesh nodes bootstrap every 7 s through reference relays that
+    # snakemesh nodes bootstrap every 5 s through reference relays that
     # expire routes 10 s after the last bootstrap
     floods = _count_own_floods(m, m.nodes)
     wrong = []
