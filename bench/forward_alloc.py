@@ -20,11 +20,11 @@ def sign_chain(root_s, seq, path):
     hops = []
     tmp = bytearray(2048)
     for s, port in path:
-        n = wire.encode_announcement(tmp, root_s.public, seq, hops + [(port, s.public, b"\0" * 64)])
+        n = wire_host.encode_announcement(tmp, root_s.public, seq, hops + [(port, s.public, b"\0" * 64)])
         f = wire.Frame(16)
         f.decode(tmp, n)
         hops.append((port, s.public, s.sign(bytes(tmp[f.ann_off:f.hop_off[len(hops)]]))))
-    n = wire.encode_announcement(tmp, root_s.public, seq, hops)
+    n = wire_host.encode_announcement(tmp, root_s.public, seq, hops)
     return bytes(tmp[:n])
 
 

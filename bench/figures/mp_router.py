@@ -81,10 +81,10 @@ def sign_chain(root_s, seq, path):
     tmp = bytearray(4096)
     f = wire.Frame(64)
     for s, port in path:
-        n = wire.encode_announcement(tmp, root_s.public, seq, hops + [(port, s.public, b"\0" * 64)])
+        n = wire_host.encode_announcement(tmp, root_s.public, seq, hops + [(port, s.public, b"\0" * 64)])
         f.decode(tmp, n)
         hops.append((port, s.public, s.sign(wire_host.hop_signed(tmp, f, len(hops)))))
-    n = wire.encode_announcement(tmp, root_s.public, seq, hops)
+    n = wire_host.encode_announcement(tmp, root_s.public, seq, hops)
     return bytes(tmp[:n])
 
 

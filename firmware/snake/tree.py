@@ -503,7 +503,9 @@ class Tree:
                 copy_into(signed, 0, r.key, 0, 32)
                 wire.encode_varu64(signed, 32, self.seq)
                 self.root_sig = r.sign(bytes(signed))
-            return wire.encode_announcement(buf, r.key, self.seq, [(port, r.key, self.root_sig)])
+            i = wire.announcement_start(buf, r.key, self.seq)
+            i = wire.announcement_hop(buf, i, port, r.key, 0, self.root_sig, 0)
+            return wire.announcement_end(buf, i)
         p = self.parent
         pool = self.pool
         i = wire.announcement_start(buf, self.ann_root[p], self.ann_seq[p])

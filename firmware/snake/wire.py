@@ -468,28 +468,10 @@ def encode_keepalive(buf):
     return HEADER_LEN
 
 
-def encode_announcement(buf, root_key, root_seq, hops):
-    # hops: sequence of (port, key, sig)
-    plen = _KEY + varu64_len(root_seq)
-    for h in hops:
-        plen += varu64_len(h[0]) + _HOP
-    n = 12 + plen
-    _fit(buf, n)
-    _put_header(buf, T_ANNOUNCEMENT, 0, n)
-    _put_u16(buf, 10, plen)
-    i = _put_key(buf, 12, root_key)
-    i = encode_varu64(buf, i, root_seq)
-    for h in hops:
-        i = encode_varu64(buf, i, h[0])
-        i = _put_key(buf, i, h[1])
-        i = _put_sig(buf, i, h[2])
-    return n
-
-
 def announcement_start(buf, root_key, root_seq):
     # An announcement written hop by hop (from stored hops, no tuples):
     # announcement_start, then announcement_hop per hop, then
-    # announcement_end; the bytes equal encode_announcement's.
+    # announcement_end; the bytes equal wire_host.encode_announcement's.
     _fit(buf, 12 + _KEY)
     i = _put_key(buf, 12, root_key)
     return encode_varu64(buf, i, root_seq)

@@ -11,9 +11,29 @@ from snake import wire
 from snake.platform import const, copy_into
 from snake.wire import (WireError, T_ANNOUNCEMENT, varu64_len, encode_varu64,
                         encode_coords_body, bootstrap_signed, _check_coords, _fit,
-                        _put_key, _put_sig, _put_u16)
+                        _put_key, _put_sig, _put_u16, _put_header)
 
 _HOP = const(96)          # as in wire.py: varu64 port | key[32] | sig[64]
+_KEY = const(32)
+
+
+def encode_announcement(buf, root_key, root_seq, hops):
+    # hops: sequence of (port, key, sig). A node builds its announcements
+    # with wire.announcement_start / _hop / _end (the same bytes).
+    plen = _KEY + varu64_len(root_seq)
+    for h in hops:
+        plen += varu64_len(h[0]) + _HOP
+    n = 12 + plen
+    _fit(buf, n)
+    _put_header(buf, T_ANNOUNCEMENT, 0, n)
+    _put_u16(buf, 10, plen)
+    i = _put_key(buf, 12, root_key)
+    i = encode_varu64(buf, i, root_seq)
+    for h in hops:
+        i = encode_varu64(buf, i, h[0])
+        i = _put_key(buf, i, h[1])
+        i = _put_sig(buf, i, h[2])
+    return n
 
 
 def varu64_end(buf, off, end):

@@ -1,7 +1,7 @@
 # Helpers for router rule tests: a node under test with captured outputs and
 # scripted fake peers that build signed frames with the real codec and
 # crypto. Runs under MicroPython and CPython.
-from snake import wire
+from snake import wire, wire_host
 from snake.crypto import Signer
 from snake.profile import Profile
 from snake.router import Router
@@ -88,11 +88,11 @@ def announcement(root_id, root_seq, path, to_port=1):
     for node_id, port in path:
         s = signer(node_id)
         tmp = bytearray(2048)
-        n = wire.encode_announcement(tmp, root, root_seq, hops + [(port, s.public, b"\x00" * 64)])
+        n = wire_host.encode_announcement(tmp, root, root_seq, hops + [(port, s.public, b"\x00" * 64)])
         f = decode(bytes(tmp[:n]))
         signed = bytes(tmp[f.ann_off:f.hop_off[len(hops)]])
         hops.append((port, s.public, s.sign(signed)))
-    n = wire.encode_announcement(buf, root, root_seq, hops)
+    n = wire_host.encode_announcement(buf, root, root_seq, hops)
     return bytes(buf[:n])
 
 

@@ -32,7 +32,7 @@
 import hashlib
 
 from fwtest import Rng, vectors, unhex, node_key, node_seed, is_micropython
-from snake import wire
+from snake import wire, wire_host
 from snake import crypto
 from snake.profile import Profile
 from snake.router import Router
@@ -102,7 +102,7 @@ def build_announcement(root, root_seq, hops):
     tmp = bytearray(2048)
     done = []
     for port, s, key in hops:
-        n = wire.encode_announcement(tmp, root, root_seq, done + [(port, key, b"\x00" * 64)])
+        n = wire_host.encode_announcement(tmp, root, root_seq, done + [(port, key, b"\x00" * 64)])
         f = wire.Frame(16)
         f.decode(tmp, n)
         if s is not None:
@@ -110,7 +110,7 @@ def build_announcement(root, root_seq, hops):
         else:
             sig = hashlib.sha256(bytes(key)).digest() * 2
         done.append((port, key, sig))
-    n = wire.encode_announcement(tmp, root, root_seq, done)
+    n = wire_host.encode_announcement(tmp, root, root_seq, done)
     return bytes(tmp[:n])
 
 

@@ -3,7 +3,7 @@
 # from max_hops (profile.ann_max) while frame_max bounds the rest; a node
 # with a transmit pool builds its announcement straight into one of the
 # pool's buffers (no announcement-sized buffer in the router, no copy).
-from snake import wire
+from snake import wire, wire_host
 from snake.node import BufPool
 from snake.profile import Profile, ann_max
 from snake.router import Router, CTL_MAX
@@ -23,7 +23,7 @@ def test_ann_max_is_the_longest_storable_announcement():
     for hops in (1, 2, 10, 30):
         buf = bytearray(ann_max(hops) + 8)
         h = [(0xFFFF, b"\x01" * 32, b"\x02" * 64)] * hops
-        n = wire.encode_announcement(buf, b"\x03" * 32, (1 << 64) - 1, h)
+        n = wire_host.encode_announcement(buf, b"\x03" * 32, (1 << 64) - 1, h)
         assert n == ann_max(hops)
 
 

@@ -1,6 +1,6 @@
 # Spanning-tree rules of docs/PROTOCOL_NOTES.md, one test per rule, on a single router
 # driven by hand (virtual time, scripted peers).
-from snake import wire
+from snake import wire, wire_host
 from snake.crypto import verify
 from routertest import Node, signer, keys_sorted, announcement, decode
 
@@ -70,7 +70,7 @@ def _sanity_case(frame_for, expect):
 def test_sanity_no_hops_disconnects():
     def f(lo, mid, hi):
         buf = bytearray(256)
-        k = wire.encode_announcement(buf, signer(mid).public, 1, [])
+        k = wire_host.encode_announcement(buf, signer(mid).public, 1, [])
         return bytes(buf[:k])
     _sanity_case(f, "no_hops")
 

@@ -160,7 +160,7 @@ def test_oversize():
     big[0:10] = frame_bytes("keepalive_A_to_B")
     assert _reason(big, 70000) == "oversize"
     try:
-        wire.encode_announcement(bytearray(100), det_key(1), 1,
+        wire_host.encode_announcement(bytearray(100), det_key(1), 1,
                                  [(1, det_key(1), bytes(64))])
         assert False
     except wire.WireError as e:
@@ -174,16 +174,16 @@ def test_too_many_hops():
     assert _reason(three, f=f3) is None and f3.nhops == 3
     hops = [(i + 1, det_key(i), bytes(64)) for i in range(17)]
     buf = bytearray(2000)
-    n = wire.encode_announcement(buf, det_key(99), 5, hops)
+    n = wire_host.encode_announcement(buf, det_key(99), 5, hops)
     assert _reason(buf, n) == "too_many_hops"          # default max_hops=16
     f = wire.Frame()
-    n = wire.encode_announcement(buf, det_key(99), 5, hops[:16])
+    n = wire_host.encode_announcement(buf, det_key(99), 5, hops[:16])
     assert _reason(buf, n, f) is None and f.nhops == 16 and f.hop_port[15] == 16
 
 
 def test_zero_hop_announcement_is_well_formed():
     buf = bytearray(100)
-    n = wire.encode_announcement(buf, det_key(1), 300, [])
+    n = wire_host.encode_announcement(buf, det_key(1), 300, [])
     f = wire.Frame()
     f.decode(buf, n)
     assert f.nhops == 0 and f.root_seq == 300 and n == 12 + 32 + 2

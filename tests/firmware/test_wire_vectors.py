@@ -122,7 +122,7 @@ def test_announcements_reencode():
             hops.append((f.hop_port[i], b[f.hop_key_off[i]:f.hop_key_off[i] + 32],
                          b[f.hop_sig_off[i]:f.hop_sig_off[i] + 64]))
         buf = bytearray(400)
-        n = wire.encode_announcement(buf, b[f.root_off:f.root_off + 32], f.root_seq, hops)
+        n = wire_host.encode_announcement(buf, b[f.root_off:f.root_off + 32], f.root_seq, hops)
         assert n == len(b)
         assert bytes(buf[:n]) == b, vec["id"]
 

@@ -122,13 +122,13 @@ def announce(root, root_seq, hops):
     for h in hops:
         if len(h) == 2:
             port, s = h
-            n = wire.encode_announcement(tmp, root, root_seq, done + [(port, s.public, FAKE_SIG)])
+            n = wire_host.encode_announcement(tmp, root, root_seq, done + [(port, s.public, FAKE_SIG)])
             f = decode(bytes(tmp[:n]))
             sig = s.sign(bytes(tmp[f.ann_off:f.hop_off[len(done)]]))
             done.append((port, s.public, sig))
         else:
             done.append(h)
-    n = wire.encode_announcement(tmp, root, root_seq, done)
+    n = wire_host.encode_announcement(tmp, root, root_seq, done)
     return bytes(tmp[:n])
 
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 import host_tools  # noqa: F401  (puts firmware/ and lib/ on sys.path)
-from snake import wire, stream, config
+from snake import wire, wire_host, stream, config
 from snake.crypto import Signer
 from snake import node as nodemod
 from snake.node import BufPool, Node, SendQueues
@@ -582,11 +582,11 @@ def test_out_of_memory_in_a_handshake_is_counted_and_the_node_carries_on():
 def _root_announcement(signer, port=1):
     """The peer's own announcement as the root (one hop, signed)."""
     tmp = bytearray(512)
-    n = wire.encode_announcement(tmp, signer.public, 1, [(port, signer.public, bytes(64))])
+    n = wire_host.encode_announcement(tmp, signer.public, 1, [(port, signer.public, bytes(64))])
     f = wire.Frame(4)
     f.decode(tmp, n)
     sig = signer.sign(bytes(tmp[f.ann_off:f.hop_off[0]]))
-    n = wire.encode_announcement(tmp, signer.public, 1, [(port, signer.public, sig)])
+    n = wire_host.encode_announcement(tmp, signer.public, 1, [(port, signer.public, sig)])
     return bytes(tmp[:n])
 
 
