@@ -207,7 +207,7 @@ def _run(c, cmd, args, rid):
         d["links"] = dict(node.stats)
         d["handshake_failures"] = dict(node.hs_fail)
         d["queues"] = report.queues(node)
-        d["probes"] = dict(node.probes.stats)
+        d["probes"] = report.probes(node.probes)
         d["console"] = {"requests": c.requests, "bad_lines": c.bad_lines,
                         "dropped_lines": c.dropped, "oom": c.oom}
         return d

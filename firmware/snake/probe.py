@@ -38,6 +38,14 @@ TRACE_HOP = 4
 TRACE_END = 5
 PAYLOAD_LEN = 8
 
+# Prober.stats: counters by index, named by report.PROBE_STATS (a list: no
+# name string stays in the heap; a test checks the two agree)
+_P_REQUESTS = const(0)
+_P_REPLIES_SENT = const(1)
+_P_REPLIES_DROPPED = const(2)
+_P_TRACE_EXPIRED = const(3)
+_P_UNMATCHED = const(4)
+
 _SLOTS = const(12)    # (probing.py has the same) probes in flight (all sessions: a ping has <= 5 out, a trace 1)
 PENDING = 6           # replies waiting to be sent
 MAX_SESSIONS = 2      # concurrent ping/trace commands
@@ -90,7 +98,7 @@ class Prober:
     # ---- hooks called by the router (during receive) --------------------
     def _queue_reply(self, key_buf, key_off, kind, pid, ttl):
         if self.p_count >= PENDING:
-            self.stats["replies_dropped"] += 1
+            self.stats[_P_REPLIES_DROPPED] += 1
             return
         i = (self.p_head + self.p_count) % PENDING
         copy_into(self.p_key, 32 * i, key_buf, key_off, 32)
@@ -106,10 +114,10 @@ class Prober:
         pid = id_at(payload, 0)
         ttl = payload[7]
         if k == PING:
-            self.stats["requests"] += 1
+            self.stats[_P_REQUESTS] += 1
             self._queue_reply(src, 0, PONG, pid, ttl)
         elif k == TRACE:
-            self.stats["requests"] += 1
+            self.stats[_P_REQUESTS] += 1
             self._queue_reply(src, 0, TRACE_END, pid, ttl)
         else:
             self._reply(src, k, pid)
@@ -120,7 +128,7 @@ class Prober:
         po = f.payload_off
         if kind_at(buf, po, f.payload_len) != TRACE:
             return
-        self.stats["trace_expired"] += 1
+        self.stats[_P_TRACE_EXPIRED] += 1
         self._queue_reply(buf, f.src_off, TRACE_HOP, id_at(buf, po), buf[po + 7])
 
     def _reply(self, src, kind, pid):
@@ -132,7 +140,7 @@ class Prober:
                 copy_into(self.s_from, 32 * i, src, 0, 32)
                 return
             i += 1
-        self.stats["unmatched"] += 1
+        self.stats[_P_UNMATCHED] += 1
 
     def pending(self):
         return self.p_count
@@ -148,9 +156,9 @@ class Prober:
             copy_into(self.key1, 0, self.p_key, 32 * i, 32)
             copy_into(self.pl1, 0, self.p_pl, PAYLOAD_LEN * i, PAYLOAD_LEN)
             if r.send(self.key1, self.pl1, ticks_ms(), hl):
-                self.stats["replies_sent"] += 1
+                self.stats[_P_REPLIES_SENT] += 1
             else:
-                self.stats["replies_dropped"] += 1
+                self.stats[_P_REPLIES_DROPPED] += 1
 
     # ---- probe sessions ---------------------------------------------------
     def _send(self, dst, kind, ttl, hop_limit):

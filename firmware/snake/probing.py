@@ -14,6 +14,7 @@ from snake.probe import ProbeBusy, PING, PONG, TRACE, TRACE_HOP, TRACE_END, PEND
 
 _TRACE_MAX_SILENT = const(3)  # stop a trace after this many unanswered probes in a row
 _SLOTS = const(12)            # the same as in probe.py
+_STATS = const(5)             # counters in Prober.stats (probe.py _P_*, report.PROBE_STATS)
 
 
 def _hex(b):
@@ -41,8 +42,7 @@ def init(pr, node):
     pr.pl1 = bytearray(PAYLOAD_LEN)
     pr.sessions = 0
     pr.next_id = int.from_bytes(platform.urandom(4), "big") & 0x7FFFFFFF
-    pr.stats = {"requests": 0, "replies_sent": 0, "replies_dropped": 0,
-                "trace_expired": 0, "unmatched": 0}
+    pr.stats = [0] * _STATS
 
 
 async def ping(pr, dst, count, interval_ms, timeout_ms, reserved):

@@ -39,6 +39,10 @@ DROP_NAMES = (
 )
 
 
+# probe.Prober.stats, index -> name (probe.py _P_*)
+PROBE_STATS = ("requests", "replies_sent", "replies_dropped", "trace_expired", "unmatched")
+
+
 def load():
     """This module for one call from resident code (Router.peers ...): on
     MicroPython it leaves sys.modules at once, so its code leaves the heap
@@ -189,6 +193,14 @@ def snapshot(r):
         "peers": sum(r.up),
         "routes": s.routes.count,
     }
+
+
+def probes(pr):
+    """probe.Prober's counters by name (console `stats`)."""
+    d = {}
+    for i in range(len(PROBE_STATS)):
+        d[PROBE_STATS[i]] = pr.stats[i]
+    return d
 
 
 def queues(node):

@@ -35,6 +35,14 @@ from snake.link import (TcpLink, LINK_MULTICAST, LINK_REMOTE, set_nodelay, host_
 
 GROUP = "224.0.0.114"
 MCAST_PORT = 60606
+# Wifi.stats indices (a list of counters)
+_W_BEACONS_TX = const(0)
+_W_BEACONS_RX = const(1)
+_W_BEACONS_SHORT = const(2)
+_W_BEACONS_OWN = const(3)
+_W_BEACON_TX_FAIL = const(4)
+_W_N = const(5)
+
 _BEACON_LEN = const(34)
 _BEACON_MS = const(2000)
 _POLL_MS = const(100)
@@ -75,8 +83,9 @@ class Wifi:
         # beacon senders: key -> [first heard ticks, last heard, retry-after ticks, dialling]
         self.seen = {}
         self.tasks = []
-        self.stats = {"beacons_tx": 0, "beacons_rx": 0, "beacons_short": 0, "beacons_own": 0,
-                      "beacon_tx_fail": 0}
+        # multicast counters, by index (_W_*): beacons sent, heard, too
+        # short, our own, failed sends (a list: no name strings in the heap)
+        self.stats = [0] * _W_N
         node.wifi = self
 
     # ---- start: snake/boot.py (start_wifi), run once and dropped --------
@@ -111,9 +120,9 @@ class Wifi:
                 k = _BEACON_MS // _POLL_MS
                 try:
                     s.sendto(self.beacon, self.group)
-                    self.stats["beacons_tx"] += 1
+                    self.stats[_W_BEACONS_TX] += 1
                 except OSError:
-                    self.stats["beacon_tx_fail"] += 1
+                    self.stats[_W_BEACON_TX_FAIL] += 1
             k -= 1
             while True:
                 try:
@@ -129,13 +138,13 @@ class Wifi:
     def on_beacon(self, data, addr):
         node = self.node
         if len(data) < _BEACON_LEN:
-            self.stats["beacons_short"] += 1
+            self.stats[_W_BEACONS_SHORT] += 1
             return
         key = bytes(data[0:32])
         if key == node.key:
-            self.stats["beacons_own"] += 1
+            self.stats[_W_BEACONS_OWN] += 1
             return
-        self.stats["beacons_rx"] += 1
+        self.stats[_W_BEACONS_RX] += 1
         now = ticks_ms()
         e = self.seen.get(key)
         if e is None:

@@ -5,6 +5,23 @@ import asyncio
 
 from snake import probe, wire
 from snake.probe import Prober, PING, PONG, TRACE, TRACE_HOP, TRACE_END
+from snake.report import PROBE_STATS
+
+
+def _stat(p, name):
+    # Prober.stats is a list indexed in report.PROBE_STATS order
+    return p.stats[PROBE_STATS.index(name)]
+
+
+def test_probe_stat_indices_follow_the_names():
+    # probe.py counts by its _P_* indices (const: only CPython keeps them as
+    # names); report.PROBE_STATS names them in that order
+    found = 0
+    for name in dir(probe):
+        if name.startswith("_P_"):
+            assert PROBE_STATS[getattr(probe, name)] == name[3:].lower(), name
+            found += 1
+    assert found in (0, len(PROBE_STATS))
 
 K_SELF = b"\x50" * 32
 K1 = b"\x11" * 32
@@ -76,7 +93,7 @@ def test_requests_answered_after_receive():
     assert d1 == K1 and probe.kind_at(pl1, 0, 8) == PONG and probe.id_at(pl1, 0) == 5
     assert d2 == K2 and probe.kind_at(pl2, 0, 8) == TRACE_END and probe.id_at(pl2, 0) == 6
     assert pl2[7] == 3
-    assert p.stats["replies_sent"] == 2
+    assert _stat(p, "replies_sent") == 2
 
 
 def test_expired_trace_probe_answered_by_relay():
@@ -94,7 +111,7 @@ def test_expired_trace_probe_answered_by_relay():
     assert len(n.router.sent) == 1
     d, pl, _ = n.router.sent[0]
     assert d == K1 and probe.kind_at(pl, 0, 8) == TRACE_HOP and probe.id_at(pl, 0) == 77 and pl[7] == 2
-    assert p.stats["trace_expired"] == 1
+    assert _stat(p, "trace_expired") == 1
 
 
 def test_pending_ring_bounded():
@@ -102,7 +119,7 @@ def test_pending_ring_bounded():
     for i in range(probe.PENDING + 5):
         p.on_deliver(K1, bytes(probe.make(PING, i)))
     assert p.pending() == probe.PENDING
-    assert p.stats["replies_dropped"] == 5
+    assert _stat(p, "replies_dropped") == 5
     p.flush()
     assert len(n.router.sent) == probe.PENDING
 
@@ -110,7 +127,7 @@ def test_pending_ring_bounded():
 def test_unmatched_reply_counted():
     n, p = make()
     p.on_deliver(K1, bytes(probe.make(PONG, 12345)))
-    assert p.stats["unmatched"] == 1
+    assert _stat(p, "unmatched") == 1
 
 
 def _line(dst, payload, hl):
