@@ -298,10 +298,6 @@ class Router:
                 self.announce_to(p)
             p += 1
 
-    def on_first_announcement(self, port):
-        # PROTOCOL_NOTES.md difference 5: our own wakeup to a new peer only
-        self._send_wakeup(port)
-
     # ---- input ----------------------------------------------------------
     def receive(self, port, buf, n, now):
         self.now = now

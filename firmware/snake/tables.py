@@ -30,10 +30,8 @@ NONE = 0xFFFF       # "no slot" in the 16-bit index arrays
 
 class Table:
     def __init__(self, capacity, victim=None, on_evict=None):
-        if capacity < 1:
-            raise ValueError("table capacity must be >= 1")
-        if capacity >= NONE:
-            raise ValueError("table capacity must be below 65535")
+        if capacity < 1 or capacity >= NONE:
+            raise ValueError("capacity must be within 1..65534")
         self.capacity = capacity
         self.keylen = 32
         self.keys = bytearray(32 * capacity)      # slot i: keys[32*i:32*i+32]
@@ -164,7 +162,7 @@ class HopPool:
 
     def __init__(self, capacity):
         if capacity < 1 or capacity >= NONE:
-            raise ValueError("hop pool capacity must be within 1..65534")
+            raise ValueError("capacity must be within 1..65534")
         self.capacity = capacity
         self.keys = bytearray(32 * capacity)
         self.sigs = bytearray(64 * capacity)

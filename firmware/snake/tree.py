@@ -376,7 +376,8 @@ class Tree:
                 self.select_parent(now)
             return False
         if first:
-            self.r.on_first_announcement(port)
+            # PROTOCOL_NOTES.md difference 5: our own wakeup to a new peer only
+            self.r._send_wakeup(port)
         new_root = self.ann_root[port]
         new_seq = self.ann_seq[port]
 
