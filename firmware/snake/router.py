@@ -543,7 +543,7 @@ class Router:
         if hop_limit <= 0:
             hop_limit = self.traffic_hop_limit
         c = self.counters
-        scoords = self.tree.coords_bytes()
+        scoords = wire.encode_coords_body(self.tree.coords())   # our coordinates as a wire body
         dc = None
         slot = self.ccache.find(dst)
         if slot >= 0 and ticks_diff(now, self.cc_time[slot]) < _COORD_LIFETIME_MS:

@@ -76,9 +76,6 @@ class Table:
         o = slot << 5
         return bytes(self.keys[o:o + 32])
 
-    def key_eq(self, slot, buf, off):
-        return key_cmp(self.keys, slot << 5, buf, off) == 0
-
     # ---- changes --------------------------------------------------------------
     def _free_slot(self):
         used = self.used
@@ -224,8 +221,8 @@ class HopPool:
         return self.capacity - self.count
 
     def add(self, par, depth, port, buf, koff, soff):
-        """A new node (reference count 0: the caller takes references, or
-        gives it back with drop_pending); NONE when the pool is full."""
+        """A new node (reference count 0: the caller takes references);
+        NONE when the pool is full."""
         if self.count >= self.capacity:
             return NONE
         live = self.live
@@ -258,11 +255,6 @@ class HopPool:
         r = self.ref[i] - 1
         self.ref[i] = r
         if r == 0:
-            self._drop(i)
-
-    def drop_pending(self, i):
-        """Free a node that was added but never referenced."""
-        if self.live[i] and self.ref[i] == 0:
             self._drop(i)
 
     def _drop(self, i):

@@ -90,11 +90,6 @@ class Tree:
         base = p * self.max_hops
         return [self.pool.port[self.ann_path[base + i]] for i in range(n)]
 
-    def coords_bytes(self):
-        """Our coordinates as a wire body (varu64 ports), for the traffic we
-        originate."""
-        return wire.encode_coords_body(self.coords())
-
     def depth(self):
         """Our depth in the tree (number of ports in our coordinates)."""
         if self.parent and self.ann_valid[self.parent]:
