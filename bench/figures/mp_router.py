@@ -155,8 +155,8 @@ class Fixture:
                     k += 1
             self.peer_keys.append(path[-1][0].public)
             self.anns.append(sign_chain(self.root, self.seq, path))
-        # bootstraps: distinct keys above ours, ascending (each is relayed
-        # towards the parent, so none loops back to the port it came from)
+        # bootstraps: distinct keys above ours, ascending (fill() hands each
+        # in on a port other than its next hop, so none loops back)
         rk = self.root.public
         nb = min(prof.max_routes, len(mids))
         self.boots = []
@@ -166,7 +166,7 @@ class Fixture:
             bseq = 1700000000000 + i      # Unix ms, as real sequences
             sig = s.sign(wire.bootstrap_signed(bseq, rk, self.seq))
             n = wire.encode_bootstrap(buf, s.public, FULL_KEY, 0, bseq, rk, self.seq, sig)
-            self.boots.append(bytes(buf[:n]))
+            self.boots.append((bytearray(s.public), bytes(buf[:n])))
         # wakeups from distinct origins
         self.wakes = []
         nw = min(prof.wakeup_filter, len(mids))
@@ -203,9 +203,14 @@ def fill(r, fx, now):
         r.receive(p, buf, len(a), now)
         assert r.up[p], "peer %d dropped: %r" % (p, r.counters.as_dict()["drops"])
     assert r.parent_port() == 1, "parent is port %d" % r.parent_port()
-    for b in fx.boots:
+    for key, b in fx.boots:
+        # in from a port it is not relayed to: next-hop step 4 (PROTOCOL_NOTES
+        # difference 7) may send it to a peer other than the parent whose
+        # announcement names a key just above it
+        r.snake.next_hop(key, True, FULL_KEY, 0, now)
+        port = 3 if r.snake.nh_port == 2 else 2
         platform.copy_into(buf, 0, b, 0, len(b))
-        r.receive(2, buf, len(b), now)
+        r.receive(port, buf, len(b), now)
     for w in fx.wakes:
         platform.copy_into(buf, 0, w, 0, len(w))
         r.receive(2, buf, len(w), now)
@@ -334,7 +339,7 @@ def cmd_nexthop(prof_path, iters, runs):
     i = 0
     while len(dsts) < nd:
         if i % 2 == 0 and i // 2 < len(fx.boots):
-            k = bytes(fx.boots[i // 2][12:44])
+            k = bytes(fx.boots[i // 2][0])
         else:
             k = bytes([0x80 + rnd.next(0x70)] + [rnd.next(256) for _ in range(31)])
         dsts.append(bytearray(k))
