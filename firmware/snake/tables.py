@@ -46,17 +46,7 @@ class Table:
     # ---- lookups ------------------------------------------------------------
     def lower(self, buf, off):
         """Position in `order` of the first key >= buf[off:off+32]."""
-        keys = self.keys
-        order = self.order
-        lo = 0
-        hi = self.count
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if key_cmp(keys, order[mid] << 5, buf, off) < 0:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return lower_bound(self.keys, self.order, self.count, buf, off)
 
     def find_at(self, buf, off):
         """Slot whose key equals buf[off:off+32], or -1."""
@@ -88,14 +78,8 @@ class Table:
         return -1
 
     def _unlink(self, slot):
-        # remove `slot` from the sorted index
-        pos = self.lower(self.keys, slot << 5)
-        order = self.order
-        n = self.count - 1
-        while pos < n:
-            order[pos] = order[pos + 1]
-            pos += 1
-        self.count = n
+        # remove `slot` from the sorted index (keys are unique here)
+        self.count = order_remove(self.keys, self.order, self.count, slot)
         self.used[slot] = 0
 
     def insert_at(self, buf, off):
@@ -118,11 +102,7 @@ class Table:
             self.evictions += 1
             pos = self.lower(buf, off)
         copy_into(self.keys, slot << 5, buf, off, 32)
-        i = self.count
-        while i > pos:
-            order[i] = order[i - 1]
-            i -= 1
-        order[pos] = slot
+        _order_put(order, self.count, pos, slot)
         self.count += 1
         self.used[slot] = 1
         self.changes += 1
@@ -174,6 +154,10 @@ class HopPool:
             nb <<= 1
         self.mask = nb - 1
         self.head = array("H", [NONE] * nb)
+        # the live nodes in ascending key order (equal keys side by side):
+        # "the smallest stored key above K" is a binary search
+        # (Tree.peer_key_between, SNEK next hop step 4)
+        self.order = array("H", [0] * capacity)
         self.count = 0
         self.peak = 0
         self.free_hint = 0
@@ -242,7 +226,9 @@ class HopPool:
         self.next[i] = self.head[b]
         self.head[b] = i
         self.ref[i] = 0
-        self.count += 1
+        c = self.count
+        _order_put(self.order, c, lower_bound(self.keys, self.order, c, buf, koff), i)
+        self.count = c + 1
         if self.count > self.peak:
             self.peak = self.count
         self.free_hint = i + 1 if i + 1 < n else 0
@@ -272,7 +258,43 @@ class HopPool:
         self.next[i] = NONE
         self.parent[i] = NONE
         self.live[i] = 0
-        self.count -= 1
+        self.count = order_remove(self.keys, self.order, self.count, i)
+
+
+# ---- sorted index of slots (order[0:n], ascending by keys[32 * slot:]) ----
+def lower_bound(keys, order, n, buf, off):
+    """Position in order[0:n] of the first slot whose key >= buf[off:off+32]."""
+    lo = 0
+    hi = n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if key_cmp(keys, order[mid] << 5, buf, off) < 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _order_put(order, n, pos, slot):
+    # order[0:n] -> order[0:n+1] with slot at pos
+    i = n
+    while i > pos:
+        order[i] = order[i - 1]
+        i -= 1
+    order[pos] = slot
+
+
+def order_remove(keys, order, n, slot):
+    """Take slot out of order[0:n] (among equal keys: the one that is
+    slot); returns n - 1."""
+    pos = lower_bound(keys, order, n, keys, slot << 5)
+    while order[pos] != slot:
+        pos += 1
+    n -= 1
+    while pos < n:
+        order[pos] = order[pos + 1]
+        pos += 1
+    return n
 
 
 def key_eq_at(key, buf, off):

@@ -11,7 +11,7 @@
 from snake import wire
 from array import array
 from snake.platform import ticks_diff, copy_into, key_cmp, const
-from snake.tables import key_eq_at, keys_eq_at, HopPool, NONE
+from snake.tables import key_eq_at, keys_eq_at, HopPool, NONE, lower_bound
 
 _ROOT_INTERVAL_MS = const(30 * 60 * 1000)   # root re-announces with seq+1
 _ANN_EXPIRY_MS = const(45 * 60 * 1000)      # a peer's announcement expires
@@ -164,27 +164,47 @@ class Tree:
         """Port of the peer whose stored announcement (its ancestors and
         itself) names the smallest key strictly between dst and the key
         bbuf[boff:boff+32], the lowest port among equals (SNEK next hop,
-        step 4 for bootstraps: PROTOCOL_NOTES.md difference 7), or 0; the
-        key is then pool.keys[between_off:between_off + 32]."""
-        pk = self.pool.keys
+        step 4: PROTOCOL_NOTES.md difference 7), or 0; the key is then
+        pool.keys[between_off:between_off + 32]. The pool keeps its hops in
+        key order, so this walks up from dst: O(log pool) key comparisons
+        and a look at each port per candidate hop, not every hop of every
+        announcement (the forwarding hot path: traffic asks it too)."""
+        pool = self.pool
+        pk = pool.keys
+        order = pool.order
+        n = pool.count
+        depth = pool.depth
         ports = self.r.up
+        valid = self.ann_valid
+        nhops = self.ann_nhops
         H = self.max_hops
         path = self.ann_path
+        np = len(ports)
         best = 0
-        p = 1
-        while p < len(ports):
-            if ports[p] and self.ann_valid[p]:
-                i = p * H
-                end = i + self.ann_nhops[p]
-                while i < end:
-                    ko = path[i] << 5
-                    if key_cmp(pk, ko, dst, 0) > 0 and key_cmp(pk, ko, bbuf, boff) < 0:
-                        bbuf = pk
-                        boff = ko
-                        best = p
+        i = lower_bound(pk, order, n, dst, 0)
+        while i < n:
+            x = order[i]
+            ko = x << 5
+            if best:
+                if key_cmp(pk, ko, pk, self.between_off) != 0:
+                    break               # past the smallest key found
+            else:
+                c = key_cmp(pk, ko, dst, 0)
+                if c == 0:
                     i += 1
-            p += 1
-        self.between_off = boff
+                    continue            # not strictly above dst
+                if key_cmp(pk, ko, bbuf, boff) >= 0:
+                    break               # not below the best key
+            d = depth[x]
+            p = 1
+            lim = best if best else np
+            while p < lim:
+                if ports[p] and valid[p] and nhops[p] > d and path[p * H + d] == x:
+                    best = p            # a lower port among equal keys
+                    self.between_off = ko
+                    break
+                p += 1
+            i += 1
         return best
 
     def expired(self, port, now):

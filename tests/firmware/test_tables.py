@@ -1,5 +1,5 @@
 import gc
-from snake.tables import Table
+from snake.tables import Table, HopPool, NONE
 from snake import platform
 
 
@@ -83,3 +83,38 @@ def test_steady_state_allocates_nothing_on_micropython():
     if platform.MICROPYTHON:
         assert gc.mem_alloc() - before == 0
     assert t.count == 8
+
+
+def _pool_order_ok(pool):
+    # order[0:count] is exactly the live nodes, ascending by key
+    live = [i for i in range(pool.capacity) if pool.live[i]]
+    got = [pool.order[k] for k in range(pool.count)]
+    assert sorted(got) == live, (got, live)
+    ks = [bytes(pool.keys[i << 5:(i << 5) + 32]) for i in got]
+    assert ks == sorted(ks)
+
+
+def test_hop_pool_keeps_its_nodes_in_key_order():
+    # equal keys (the same node key under different parents) side by side;
+    # nodes come and go in any order
+    pool = HopPool(12)
+    buf = bytearray(96)
+    nodes = []
+    for n, k in enumerate((7, 3, 9, 3, 1, 12, 7, 5, 3, 0, 11, 2)):
+        buf[0:32] = key(k)
+        i = pool.add(NONE, 0, n, buf, 0, 32)
+        assert i != NONE
+        pool.incref(i)
+        nodes.append(i)
+        _pool_order_ok(pool)
+    buf[0:32] = key(4)
+    assert pool.add(NONE, 0, 99, buf, 0, 32) == NONE      # full
+    for j in (3, 0, 11, 8, 1):
+        pool.decref(nodes[j])
+        _pool_order_ok(pool)
+    for k in (3, 8, 255):
+        buf[0:32] = key(k)
+        i = pool.add(NONE, 1, k, buf, 0, 32)
+        pool.incref(i)
+        _pool_order_ok(pool)
+    assert pool.count == 10
