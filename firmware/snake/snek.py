@@ -359,17 +359,18 @@ class Snake:
                 boff = 0
                 best_port = p
                 exact = True
-        # 4, ordered, for bootstraps (PROTOCOL_NOTES.md difference 7): the
-        # reference also takes any key of a peer's announcement (its
-        # ancestors and the peer itself, the last hop) strictly between
-        # the destination and the best key, via that peer, as in 3.3; the
-        # seed text has the exact match only. Without it a bootstrap sees
-        # only its path's ancestors and routes, and on a mesh with hubs it
-        # dead-ends short of its true successor for minutes (ba:500:2: 30 %
-        # of descending entries wrong after 90 s, all right in 10 s with
-        # it). Traffic keeps the exact match (the hot path; it is routed
-        # to an exact key by the routes bootstraps install).
-        if bootstrap:
+        # 4, ordered (PROTOCOL_NOTES.md difference 7): the reference also
+        # takes any key of a peer's announcement (its ancestors and the
+        # peer itself, the last hop) strictly between the destination and
+        # the best key, via that peer, as in 3.3, for bootstraps and
+        # traffic; the seed text has the exact match only. Without it a
+        # bootstrap sees only its path's ancestors and routes, and on a
+        # mesh with hubs it dead-ends short of its true successor for
+        # minutes (ba:500:2: 30 % of descending entries wrong after 90 s,
+        # all right in 10 s with it); traffic takes the reference's paths
+        # (first-message stretch on grid4-0049 1.70 -> 1.69, figure 6). A
+        # binary search in the hop pool's key order (Tree.peer_key_between).
+        if not exact:
             p = tree.peer_key_between(dst, bbuf, boff)
             if p:
                 bbuf = tree.pool.keys

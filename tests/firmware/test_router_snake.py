@@ -94,7 +94,7 @@ def test_step4_peer_ancestor_exact_match_traffic_only():
     assert nh(n, 3, bootstrap=True)[0] == 0
 
 
-def test_step4_peer_ancestors_between_destination_and_best_for_bootstraps():
+def test_step4_peer_ancestors_between_destination_and_best():
     # difference 7: a bootstrap for K1 at relay K4 (ancestors K9, K7 via
     # the parent) goes to the peer whose announcement names K3 (K1 < K3 <
     # K4), not to a dead end here; the smallest such key wins
@@ -109,9 +109,56 @@ def test_step4_peer_ancestors_between_destination_and_best_for_bootstraps():
     assert port == 2 and key == pub(3) and seq == 0
     # the best key is peer K3 itself: step 5 keeps the direct link
     assert nh(n, 2, bootstrap=True)[0] == 2
-    # traffic for a key that no announcement names keeps the seed text's
-    # exact-match rule: dead end here, as before
-    assert nh(n, 1)[0] == 0
+    # traffic takes them as the reference does (the seed text: exact match
+    # only, which made this relay a dead end for K1)
+    port, key, seq = nh(n, 1)
+    assert port == 3 and key == pub(2) and seq == 0
+
+
+def _between_by_scan(tree, dst, best):
+    # the rule as the reference states it: every hop of every peer's
+    # announcement, ports in order, the smallest key strictly between dst
+    # and best (the first port among equals)
+    pk = tree.pool.keys
+    bk = best
+    port = 0
+    for p in range(1, len(tree.r.up)):
+        if not (tree.r.up[p] and tree.ann_valid[p]):
+            continue
+        for h in range(tree.ann_nhops[p]):
+            x = tree.ann_path[p * tree.max_hops + h]
+            k = bytes(pk[x << 5:(x << 5) + 32])
+            if dst < k < bk:
+                bk = k
+                port = p
+    return port, bk
+
+
+def test_step4_between_search_matches_a_scan_of_every_announcement():
+    # the pool's key order finds what a scan of every hop of every peer's
+    # announcement finds, shared hops and equal keys on several ports included
+    n = setup()
+    peers = ((2, [(9, 2), (8, 1), (3, 1)]), (3, [(9, 2), (2, 1), (6, 1)]),
+             (5, [(9, 2), (8, 1), (1, 1)]), (6, [(9, 4), (0, 1), (5, 1), (8, 2)]))
+    for port, path in peers:
+        n.r.port_up(port, pub(path[-1][0]), 1, 2)
+        n.rx(port, announcement(K[9], 1, [(K[i], q) for i, q in path]), 3)
+        assert n.r.tree.ann_valid[port]
+    tree = n.r.tree
+    all_keys = [pub(i) for i in range(10)]
+    cases = 0
+    for d in all_keys:
+        for b in all_keys:
+            if not d < b:
+                continue
+            want_port, want_key = _between_by_scan(tree, d, b)
+            got = tree.peer_key_between(ba(d), ba(b), 0)
+            assert got == want_port, (got, want_port)
+            if got:
+                o = tree.between_off
+                assert bytes(tree.pool.keys[o:o + 32]) == want_key
+                cases += 1
+    assert cases > 10
 
 
 def test_step5_direct_peer_refines_the_port():
