@@ -218,13 +218,13 @@ def _run(c, cmd, args, rid):
         _need(args, 1, 2, "ping KEY [COUNT]")
         key = parse_key(args[0])
         count = parse_count(args[1]) if len(args) > 1 else 3
-        _spawn(c, "ping", rid, node.probes.ping(key, count, reserved=True))
+        _spawn(c, "ping", rid, node.probes.ping(key, count, reserved=True, reply=(c, rid)))
         return None
     if cmd == "trace":
         _need(args, 1, 1, "trace KEY")
         key = parse_key(args[0])
         max_ttl = node.hop_limit if node.hop_limit < 32 else 32
-        _spawn(c, "trace", rid, node.probes.trace(key, max_ttl, reserved=True))
+        _spawn(c, "trace", rid, node.probes.trace(key, max_ttl, reserved=True, reply=(c, rid)))
         return None
     if cmd == "telemetry":
         _need(args, 1, 1, "telemetry SECONDS|off")

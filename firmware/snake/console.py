@@ -344,24 +344,21 @@ class Console:
             self.heap = (gc.mem_alloc(), free, platform.largest_free() if cmd == "mem" else None)
 
     async def _probe_task(self, cmd, rid, coro):
+        # coro: a ping/trace of node.probes made with reply=(self, rid): it
+        # replies itself and returns None. A finished task outlives its run
+        # for a while (MicroPython's scheduler keeps a reference until
+        # another task ends), and with it this frame and every value its
+        # stack held: the probe's record (~250 B) would stay with it, and
+        # snake/probing.py's code (~2 KB as .mpy) with the coroutine (let
+        # go below); only the coroutine's own frame holds the record
         try:
-            d = await coro
+            await coro
         except MemoryError:
             self.oom_reply(cmd, rid)
-            return
         except Exception as e:
             self.reply(cmd, rid, error="%s failed: %s" % (cmd, type(e).__name__))
-            return
         finally:
-            # the finished coroutine still holds snake/probing.py's code
-            # (~2 KB as .mpy), and this task's frame outlives the run for
-            # a while (the finished task is not freed at once): let go now
             coro = None
-        if cmd == "trace":
-            d["reached"] = d["ok"]
-            self.reply(cmd, rid, d, ok=d["ok"])
-        else:
-            self.reply(cmd, rid, d)
 
     def set_telemetry(self, seconds):
         self.telemetry_s = seconds

@@ -189,15 +189,17 @@ class Prober:
     # ping and trace themselves: snake/probing.py, loaded for the command
     # (the coroutine keeps it while it runs) and dropped from sys.modules
     # at once on MicroPython, so the running node's heap holds it only then
-    def ping(self, dst, count=3, interval_ms=500, timeout_ms=2000, reserved=False):
+    # (reply=(console, request id): the coroutine answers the console's
+    # request itself and returns None: console.Console._probe_task)
+    def ping(self, dst, count=3, interval_ms=500, timeout_ms=2000, reserved=False, reply=None):
         """Coroutine: send `count` echo requests; {dst, sent, received, rtts_ms}."""
         m = _cold()
-        return m.ping(self, dst, count, interval_ms, timeout_ms, reserved)
+        return m.ping(self, dst, count, interval_ms, timeout_ms, reserved, reply)
 
-    def trace(self, dst, max_ttl=_TRACE_MAX_TTL, timeout_ms=2000, reserved=False):
+    def trace(self, dst, max_ttl=_TRACE_MAX_TTL, timeout_ms=2000, reserved=False, reply=None):
         """Coroutine: hop-by-hop path to `dst`: {dst, ok, hops: [{key, rtt_ms}]}."""
         m = _cold()
-        return m.trace(self, dst, max_ttl, timeout_ms, reserved)
+        return m.trace(self, dst, max_ttl, timeout_ms, reserved, reply)
 
 
 def _cold():

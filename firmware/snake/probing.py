@@ -21,6 +21,18 @@ def _hex(b):
     return binascii.hexlify(bytes(b)).decode()
 
 
+def _done(d, reply, cmd):
+    if reply is None:
+        return d
+    c, rid = reply
+    if cmd == "trace":
+        d["reached"] = d["ok"]
+        c.reply(cmd, rid, d, ok=d["ok"])
+    else:
+        c.reply(cmd, rid, d)
+    return None
+
+
 def init(pr, node):
     # Prober.__init__
     pr.node = node
@@ -45,8 +57,10 @@ def init(pr, node):
     pr.stats = [0] * _STATS
 
 
-async def ping(pr, dst, count, interval_ms, timeout_ms, reserved):
-    """Send `count` echo requests; {dst, sent, received, rtts_ms}."""
+async def ping(pr, dst, count, interval_ms, timeout_ms, reserved, reply=None):
+    """Send `count` echo requests; {dst, sent, received, rtts_ms}; with
+    reply=(console, rid) the console's reply instead, and None (why:
+    console.Console._probe_task)."""
     if not reserved:
         pr.reserve()
     rtts = []
@@ -78,11 +92,12 @@ async def ping(pr, dst, count, interval_ms, timeout_ms, reserved):
         for i, t0 in inflight:
             pr._free(i)
         pr.sessions -= 1
-    return {"dst": _hex(dst), "sent": sent, "received": len(rtts), "rtts_ms": rtts}
+    return _done({"dst": _hex(dst), "sent": sent, "received": len(rtts), "rtts_ms": rtts}, reply, "ping")
 
 
-async def trace(pr, dst, max_ttl, timeout_ms, reserved):
-    """Hop-by-hop path to `dst`: {dst, ok, hops: [{key, rtt_ms}]}."""
+async def trace(pr, dst, max_ttl, timeout_ms, reserved, reply=None):
+    """Hop-by-hop path to `dst`: {dst, ok, hops: [{key, rtt_ms}]}
+    (reply: as for ping; the reply adds reached = ok)."""
     if not reserved:
         pr.reserve()
     hops = []
@@ -118,4 +133,4 @@ async def trace(pr, dst, max_ttl, timeout_ms, reserved):
     # unanswered probes after the last answer say nothing: drop them
     while hops and hops[-1]["key"] is None:
         hops.pop()
-    return {"dst": _hex(dst), "ok": reached, "hops": hops}
+    return _done({"dst": _hex(dst), "ok": reached, "hops": hops}, reply, "trace")
