@@ -35,6 +35,7 @@ for p in (ROOT, os.path.join(ROOT, "firmware"), os.path.join(ROOT, "lib")):
 
 from host_tools.sim import topology as T          # noqa: E402
 from host_tools.sim.harness import Mesh, load_profile   # noqa: E402
+from snake import report                          # noqa: E402
 from host_tools.sim import probes as PR            # noqa: E402
 
 
@@ -68,7 +69,7 @@ def snake_ratio(mesh):
         prev = None
         for n in order:
             total += 1
-            got = n.router.desc_key()
+            got = report.desc_key(n.router)
             if (prev is None and got is None) or (prev is not None and got is not None
                                                   and bytes(got) == prev.key):
                 good += 1
@@ -147,7 +148,7 @@ def run(spec, profile, overrides, duration, seed, hub_profile=None, pings=60, sa
     for n in mesh._nodes:
         if n.alive:
             r = n.router
-            depths.append(len(r.coords()))
+            depths.append(len(report.coords(r)))
             routes_end.append(r.snake.routes.count)
             peers.append(sum(r.up))
     N = len(mesh._nodes)
@@ -188,7 +189,7 @@ def run(spec, profile, overrides, duration, seed, hub_profile=None, pings=60, sa
     full = []
     for n in mesh._nodes:
         if n.alive:
-            cap = n.router.capacity()
+            cap = report.capacity(n.router)
             if any(cap[t][2] or (t in ("routes", "peers", "depth") and cap[t][0] >= cap[t][1])
                    for t in cap):
                 full.append((n.name, n.router.profile.name, deg[n.name], peak_routes[n.name],

@@ -12,6 +12,7 @@ from snake import wire, wire_host, platform
 from snake.crypto import Signer
 from snake.profile import Profile
 from snake.router import Router
+from snake import report
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 10000
 
@@ -44,7 +45,7 @@ def main():
     r.port_up(1, root.public, 1, 0)     # parent: root
     r.port_up(2, lo.public, 1, 0)       # child: lo
     r.receive(1, bytearray(sign_chain(root, 1, [(root, 1)])), len(sign_chain(root, 1, [(root, 1)])), 1)
-    assert r.parent_port() == 1
+    assert report.parent_port(r) == 1
     # SNEK: traffic from lo towards hi (above us -> to the parent)
     buf = bytearray(prof.frame_max)
     payload = b"x" * 200

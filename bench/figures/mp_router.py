@@ -39,6 +39,7 @@ from snake.crypto import Signer                 # noqa: E402
 from snake.profile import Profile               # noqa: E402
 from snake.router import Router                 # noqa: E402
 from snake.snek import FULL_KEY                 # noqa: E402
+from snake import report                        # noqa: E402
 
 MP = platform.MICROPYTHON
 
@@ -202,7 +203,7 @@ def fill(r, fx, now):
         platform.copy_into(buf, 0, a, 0, len(a))
         r.receive(p, buf, len(a), now)
         assert r.up[p], "peer %d dropped: %r" % (p, r.counters.as_dict()["drops"])
-    assert r.parent_port() == 1, "parent is port %d" % r.parent_port()
+    assert report.parent_port(r) == 1, "parent is port %d" % report.parent_port(r)
     for key, b in fx.boots:
         # in from a port it is not relayed to: next-hop step 4 (PROTOCOL_NOTES
         # difference 7) may send it to a peer other than the parent whose
@@ -217,7 +218,7 @@ def fill(r, fx, now):
     for t in fx.traffic:
         platform.copy_into(buf, 0, t, 0, len(t))
         r.receive(2, buf, len(t), now)
-    occ = r.occupancy()
+    occ = report.occupancy(r)
     for name in occ:
         n, cap = occ[name]
         assert n == cap, "table %s not full: %d of %d (drops %r)" % (
@@ -442,7 +443,7 @@ def cmd_nexthop(prof_path, iters, runs):
     out = {"interpreter": sys.implementation.name, "profile": prof.name,
            "iterations": iters, "runs": runs, "burst": BURST, "destinations": nd,
            "snek_with_next_hop": hops, "tree_with_next_hop": thops,
-           "occupancy": r.occupancy(), "alloc_bytes_per_run": alloc}
+           "occupancy": report.occupancy(r), "alloc_bytes_per_run": alloc}
     for k in res:
         out[k + "_us"] = _median(res[k])
         out[k + "_us_all"] = [round(x, 4) for x in res[k]]

@@ -4,9 +4,11 @@
 # Cold code: the running node needs it only while a console command or a
 # telemetry period builds its reply. snake/cmds.py imports it (so its qstrs
 # are interned at boot, stream.py "Nothing new after boot") and the console
-# drops both with the request; Router's and Counters' record methods load it
-# for one call (_report below). As .mpy its bytecode would otherwise stay in
-# the heap for as long as the node runs (README "Memory").
+# drops both with the request; Counters.as_dict loads it for one call (load
+# below). Tests, the simulator and bench read a router through it
+# (report.root_key(r), report.peers(r) ...), not through Router methods. As
+# .mpy its bytecode would otherwise stay in the heap for as long as the
+# node runs (README "Memory").
 from snake import platform
 from snake.platform import ticks_diff
 from snake.telemetry import LINK_NAMES, BYTES_CARRY, D_ROUTE_TABLE_FULL, D_TOO_DEEP
@@ -44,7 +46,7 @@ PROBE_STATS = ("requests", "replies_sent", "replies_dropped", "trace_expired", "
 
 
 def load():
-    """This module for one call from resident code (Router.peers ...): on
+    """This module for one call from resident code (Counters.as_dict): on
     MicroPython it leaves sys.modules at once, so its code leaves the heap
     with the caller's reference."""
     from snake import report
@@ -88,6 +90,33 @@ def counters(c):
         "forwarded": c.forwarded,
         "originated": c.originated,
     }
+
+
+# the router's state as values (tests, the simulator, bench): these were
+# Router methods; here they cost the running node no heap (README "Memory")
+def root_key(r):
+    return bytes(r.tree.root_key())
+
+
+def root_seq(r):
+    return r.tree.root_seq()
+
+
+def parent_port(r):
+    return r.tree.parent
+
+
+def coords(r):
+    return r.tree.coords()
+
+
+def desc_key(r):
+    s = r.snake
+    return bytes(s.desc_key) if s.desc_valid else None
+
+
+def peer_key(r, port):
+    return bytes(r.port_key[port]) if r.up[port] else None
 
 
 def peers(r):

@@ -794,46 +794,10 @@ class Router:
         return (self.wk_root != self.last_root
                 and ticks_diff(now, self.root_at) >= WAKEUP_SETTLE_MS)
 
-    # ---- introspection (console, telemetry, simulator) ------------------
-    def root_key(self):
-        return bytes(self.tree.root_key())
 
-    def root_seq(self):
-        return self.tree.root_seq()
-
-    def parent_port(self):
-        return self.tree.parent
-
-    def coords(self):
-        return self.tree.coords()
-
-    def desc_key(self):
-        s = self.snake
-        return bytes(s.desc_key) if s.desc_valid else None
-
-    def peer_key(self, port):
-        return bytes(self.port_key[port]) if self.up[port] else None
-
-    # records of the state (lists and dicts): snake/report.py, cold code
-    def peers(self):
-        return _report().peers(self)
-
-    def occupancy(self):
-        return _report().occupancy(self)
-
-    def capacity(self):
-        return _report().capacity(self)
-
-    def evictions(self):
-        return _report().evictions(self)
-
-    def snapshot(self):
-        return _report().snapshot(self)
-
-
-def _report():
-    from snake import report
-    return report.load()
+# The router's state as values and records (the console, telemetry, the
+# simulator, tests): snake/report.py, cold code (report.root_key(r),
+# report.peers(r) ...); no method of the router holds its bytecode.
 
 
 def _no_tx(port, buf, n):

@@ -52,6 +52,7 @@ from host_tools.sim.links import (Endpoint, Link, LINK_TYPES, LINK_IDS, link_par
                                   check_overrides)
 from host_tools.sim import topology as T
 from host_tools.sim import telemetry as TM
+from snake import report
 
 TICKS_MASK = (1 << 30) - 1
 WALL_EPOCH_MS = 1700000000000     # virtual Unix-ms clock starts here
@@ -216,7 +217,7 @@ class Mesh:
         self._verify_memo = None
         self._cap = None
         self.verify_memo = verify_memo     # share signature checks between nodes (VerifyMemo)
-        self.peers_every_sample = False    # True: router.peers() at every sample (tests)
+        self.peers_every_sample = False    # True: report.peers(router) at every sample (tests)
         self._truth = None
 
         self.nodes_by_name = {}
@@ -981,7 +982,7 @@ class Mesh:
             # the records equal those of reading it at every sample)
             check = n.peers_dirty or self.peers_every_sample
             try:
-                snap = r.snapshot()
+                snap = report.snapshot(r)
                 peers = TM.peers_list(r, lambda n=n: self._sim_peers(n)) if check else None
                 counters = TM.counters_fields(r) if do_counters else None
             except Exception as e:
@@ -1018,7 +1019,7 @@ class Mesh:
         self.engine.at(self.engine.now, self._truth_check, int(interval_ms * US_PER_MS), None)
 
     def track_capacity(self, interval_s=5.0):
-        """Read every running node's ``router.capacity()`` ({table: [used,
+        """Read every running node's ``report.capacity(router)`` ({table: [used,
         capacity, refused]}) every interval_s of virtual time and at
         ``capacity_warnings()``; see there."""
         self._cap = {}
@@ -1033,10 +1034,10 @@ class Mesh:
         cap = self._cap
         for n in self._nodes:
             r = n.router
-            if not n.alive or r is None or not hasattr(r, "capacity"):
+            if not n.alive or r is None or not hasattr(r, "snake"):
                 continue
             try:
-                tables = r.capacity()
+                tables = report.capacity(r)
             except Exception as e:
                 self._router_exception(n, "capacity", e)
                 continue

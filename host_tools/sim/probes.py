@@ -16,6 +16,7 @@ request took (observed by the engine as it carries traffic frames).
 import struct
 
 from host_tools.sim.keys import hexkey
+from snake import report
 
 REQ = b"SIMP"
 REP = b"SIMR"
@@ -186,7 +187,7 @@ def snake_correct_count(comp):
     ok = 0
     prev = None
     for n in order:
-        got = n.router.desc_key()
+        got = report.desc_key(n.router)
         if prev is None:
             ok += got is None
         else:
@@ -201,11 +202,11 @@ def tree_problems(comp, limit=10):
     out = []
     seqs = {}
     for n in comp:
-        rk = n.router.root_key()
+        rk = report.root_key(n.router)
         if rk != top.key:
             out.append("%s: root %s, expected %s (%s)" % (n.name, _short(rk), _short(top.key), top.name))
         else:
-            seqs.setdefault(n.router.root_seq(), []).append(n.name)
+            seqs.setdefault(report.root_seq(n.router), []).append(n.name)
         if len(out) >= limit:
             break
     if not out and len(seqs) > 1:
@@ -221,7 +222,7 @@ def snake_problems(comp, limit=10):
     prev = None
     for n in order:
         want = prev.key if prev is not None else None
-        got = n.router.desc_key()
+        got = report.desc_key(n.router)
         if got is not None:
             got = bytes(got)
         if got != want:
@@ -238,9 +239,9 @@ def tree_ok(comp):
     seq = None
     for n in comp:
         r = n.router
-        if r.root_key() != top:
+        if report.root_key(r) != top:
             return False
-        s = r.root_seq()
+        s = report.root_seq(r)
         if seq is None:
             seq = s
         elif s != seq:
@@ -252,7 +253,7 @@ def snake_ok(comp):
     order = sorted(comp, key=lambda n: n.key)
     prev = None
     for n in order:
-        got = n.router.desc_key()
+        got = report.desc_key(n.router)
         if prev is None:
             if got is not None:
                 return False

@@ -7,6 +7,7 @@ values. Records that concern the whole simulation rather than one node (the
 `topology` record, partition/heal events) carry ``"node": ""``.
 """
 import json
+from snake import report
 
 VERSION = 1
 KINDS = ("state", "peers", "counters", "probe", "event", "topology")
@@ -112,9 +113,10 @@ def _link_name(x):
 
 
 def peers_list(router, fallback):
-    """`peers` record body: the router's own peer list (``router.peers()``)
-    reduced to the record's fields, else `fallback()` (the simulator's view)."""
-    peers = router.peers() if hasattr(router, "peers") else None
+    """`peers` record body: the router's own peer list (``report.peers(router)``,
+    firmware/snake/report.py) reduced to the record's fields, else
+    `fallback()` (the simulator's view)."""
+    peers = report.peers(router) if hasattr(router, "port_key") else None
     if not isinstance(peers, list):
         peers = fallback() if callable(fallback) else fallback
     out = []
@@ -129,17 +131,19 @@ def peers_list(router, fallback):
 def counters_fields(router):
     """`counters` record body from a router: ``router.counters.as_dict()``
     (rx, tx, drops, verify_*, plus any extra counters it has) with
-    ``evictions()`` and ``occupancy()``; mem_free is null in the simulator."""
+    ``report.evictions(router)`` and ``report.occupancy(router)``
+    (firmware/snake/report.py); mem_free is null in the simulator."""
     c = router.counters.as_dict() if hasattr(router, "counters") else {}
     d = dict(c)
     for k in ("rx", "tx", "tx_bytes", "tx_link", "tx_bytes_link", "drops"):
         if not isinstance(d.get(k), dict):
             d[k] = {}
-    d["evictions"] = router.evictions() if hasattr(router, "evictions") else {}
-    occ = router.occupancy() if hasattr(router, "occupancy") else {}
+    snake = hasattr(router, "snake")      # a snakemesh Router (snake/router.py)
+    d["evictions"] = report.evictions(router) if snake else {}
+    occ = report.occupancy(router) if snake else {}
     d["occupancy"] = {k: list(v) for k, v in occ.items()}
-    if hasattr(router, "capacity"):
-        d["capacity"] = {k: list(v) for k, v in router.capacity().items()}
+    if snake:
+        d["capacity"] = {k: list(v) for k, v in report.capacity(router).items()}
     for k in ("verify_done", "verify_skipped", "verify_cached"):
         d[k] = _int(d.get(k))
     d["mem_free"] = None

@@ -37,6 +37,7 @@ from snake import crypto
 from snake.profile import Profile
 from snake.router import Router
 from snake.report import DROP_NAMES
+from snake import report
 
 FUZZ_FRAMES = 100000
 
@@ -400,8 +401,8 @@ class Rig:
         rng = self.rng
         r = self.r
         t = rng.below(5)
-        root = r.root_key() if rng.below(4) else self.pick_key()
-        rseq = r.root_seq() if rng.below(4) else self.pick_int()
+        root = report.root_key(r) if rng.below(4) else self.pick_key()
+        rseq = report.root_seq(r) if rng.below(4) else self.pick_int()
         if t == 0:
             return keepalive()
         if t == 1:
@@ -443,7 +444,7 @@ class Rig:
                                  self.pick_coords(), self.pick_key(), self.pick_int(), 10)
         s = self.pick_signer()
         wm = self.pool_keys[rng.below(len(self.pool_keys))]
-        return build_bootstrap(s, self.next_seq(), r.root_key(), r.root_seq(), wm, 0)
+        return build_bootstrap(s, self.next_seq(), report.root_key(r), report.root_seq(r), wm, 0)
 
     def next_frame(self):
         rng = self.rng
@@ -504,7 +505,7 @@ class Rig:
                     r.verify_policy = POLICIES[(i // (10 * check_every)) % 3]
                 if i % (3 * check_every) == 0:
                     # C's periodic bootstrap (the honest snake keeps running)
-                    self.feed(2, build_bootstrap(self.C, self.next_seq(), r.root_key(), r.root_seq(),
+                    self.feed(2, build_bootstrap(self.C, self.next_seq(), report.root_key(r), report.root_seq(r),
                                                  self.B.public, 0))
         self.check()
 
@@ -591,12 +592,12 @@ class Rig:
                 self.keepalives()
             k += 1
         self.bring_up()
-        assert r.root_key() == self.rootk and r.root_seq() == 1
-        assert r.parent_port() == 1
-        assert r.coords() == [1]
+        assert report.root_key(r) == self.rootk and report.root_seq(r) == 1
+        assert report.parent_port(r) == 1
+        assert report.coords(r) == [1]
         # C bootstraps: we are the dead end, C becomes our descending entry
         self.feed(2, build_bootstrap(self.C, self.next_seq(), self.rootk, 1, self.B.public, 0))
-        assert r.desc_key() == self.C.public, "descending entry not restored"
+        assert report.desc_key(r) == self.C.public, "descending entry not restored"
         # C's SNEK traffic to the root is relayed to A on port 1
         self.sent = []
         self.sent_total = 0
@@ -637,7 +638,7 @@ def summary(rig, seconds):
             "rx": list(c.rx), "drops": drops, "delivered": c.delivered,
             "forwarded": c.forwarded, "disconnects": rig.disconnects,
             "verify_done": c.verify_done, "verify_cached": c.verify_cached,
-            "evictions": r.evictions()}
+            "evictions": report.evictions(r)}
 
 
 def check_coverage(rig):

@@ -3,6 +3,7 @@
 import gc
 from snake import wire, wire_host, platform
 from routertest import Node, signer, keys_sorted, announcement
+from snake import report
 
 K = keys_sorted(list(range(41, 46)))  # lo, me, mid, hi, root
 
@@ -20,7 +21,7 @@ def _relay():
     n.r.port_up(1, signer(K[4]).public, 1, 0)
     n.r.port_up(2, signer(K[0]).public, 1, 0)
     n.r.receive(1, bytearray(announcement(K[4], 1, [(K[4], 1)])), len(announcement(K[4], 1, [(K[4], 1)])), 1)
-    assert n.r.parent_port() == 1
+    assert report.parent_port(n.r) == 1
     return n
 
 

@@ -9,6 +9,7 @@ from snake.profile import Profile, ann_max
 from snake.router import Router, CTL_MAX
 from routertest import Node, signer, keys_sorted, announcement, traffic
 from snake.telemetry import D_OVERSIZE, D_QUEUE_FULL, D_TOO_DEEP
+from snake import report
 
 IDS = list(range(61, 70))
 K = keys_sorted(IDS)
@@ -43,7 +44,7 @@ def test_announcement_above_frame_max_is_taken_other_frames_are_not():
     a = announcement(K[8], 1, [(K[8], 3), (K[6], 2), (K[7], 1)])
     assert 256 < len(a) <= n.r.profile.ann_max
     n.rx(1, a, 1)
-    assert n.r.parent_port() == 1
+    assert report.parent_port(n.r) == 1
     assert n.r.counters.drops[D_OVERSIZE] == 0
     t = traffic(n.key, pub(7), b"x" * 200)
     assert len(t) > 256
@@ -141,7 +142,7 @@ def test_announcement_deeper_than_the_pool_buffer_is_too_deep_not_owed():
     r.port_up(1, pub(7), 1, 0)
     r.port_up(2, pub(2), 1, 0)
     _rx(r, 1, announcement(K[8], 1, [(K[8], 3), (K[7], 1)]), 5)
-    assert r.parent_port() == 1
+    assert report.parent_port(r) == 1
     assert r.counters.drops[D_TOO_DEEP] >= 1
     assert r.ann_pending[2] == 0
     assert pool.free() == 1

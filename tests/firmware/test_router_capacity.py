@@ -2,6 +2,7 @@
 # {table: [used, capacity, refused]} for peers, routes and depth, with
 # refused counted cumulatively when a table turns something away.
 from routertest import Node, signer, keys_sorted, announcement, bootstrap
+from snake import report
 
 IDS = list(range(41, 53))
 K = keys_sorted(IDS)          # K[0] lowest ... K[11] highest key
@@ -13,14 +14,14 @@ def pub(i):
 
 def test_capacity_reports_peers_routes_depth_with_their_limits():
     n = Node(K[4], max_peers=3, max_routes=5, max_hops=6)
-    c = n.r.capacity()
+    c = report.capacity(n.r)
     assert set(c) >= {"peers", "routes", "depth"}
     assert c["peers"] == [0, 3, 0]
     assert c["routes"] == [0, 5, 0]
     assert c["depth"] == [0, 6, 0]
     n.r.port_up(1, pub(7), 1, 0)
     n.rx(1, announcement(K[11], 1, [(K[11], 3), (K[9], 2), (K[7], 1)]), 1)
-    c = n.r.capacity()
+    c = report.capacity(n.r)
     assert c["peers"] == [1, 3, 0]
     assert c["depth"] == [3, 6, 0]      # our coordinates: 3 ports
 
@@ -29,7 +30,7 @@ def test_refused_links_are_counted_under_peers():
     n = Node(K[4], max_peers=2)
     n.r.peer_refused()
     n.r.peer_refused()
-    assert n.r.capacity()["peers"][2] == 2
+    assert report.capacity(n.r)["peers"][2] == 2
 
 
 def test_too_deep_announcement_is_counted_under_depth():
@@ -37,7 +38,7 @@ def test_too_deep_announcement_is_counted_under_depth():
     n.r.port_up(1, pub(7), 1, 0)
     deep = announcement(K[11], 1, [(K[11], 1), (K[10], 1), (K[9], 1), (K[7], 1)])
     n.rx(1, deep, 1)
-    c = n.r.capacity()
+    c = report.capacity(n.r)
     assert c["depth"][2] == 1
     assert c["depth"][0] == 0           # not joined through it
     assert n.r.up[1]                    # the peer stays
@@ -50,16 +51,16 @@ def test_route_table_full_is_counted_under_routes():
     n.r.port_up(1, pub(11), 1, 0)
     n.r.port_up(2, pub(10), 1, 0)
     n.rx(1, announcement(K[11], 1, [(K[11], 1)]), 1)
-    assert n.r.parent_port() == 1
+    assert report.parent_port(n.r) == 1
     t = 2
     for i in (1, 2, 3):
         n.rx(2, bootstrap(K[i], 1000 + i, K[11], 1), t)
         t += 1
-    c = n.r.capacity()
+    c = report.capacity(n.r)
     assert c["routes"][0] == 2 and c["routes"][1] == 2
     assert c["routes"][2] == 1          # K[3] is farther than both: refused
     n.rx(2, bootstrap(K[5], 2000, K[11], 1), t)
-    assert n.r.capacity()["routes"][2] == 2
+    assert report.capacity(n.r)["routes"][2] == 2
 
 
 def test_announcement_refused_by_the_tx_path_is_sent_at_the_next_tick():
@@ -73,7 +74,7 @@ def test_announcement_refused_by_the_tx_path_is_sent_at_the_next_tick():
     n.clear()
     n.queue_ok = False
     n.rx(1, announcement(K[11], 1, [(K[11], 3), (K[7], 1)]), 10)
-    assert n.r.parent_port() == 1
+    assert report.parent_port(n.r) == 1
     assert n.frames(wire.T_ANNOUNCEMENT) == []
     n.queue_ok = True
     n.r.tick(260)
@@ -92,7 +93,7 @@ def _full_table_node(policy):
     n.rx(1, announcement(K[11], 1, [(K[11], 1)]), 1)
     n.rx(2, bootstrap(K[2], 1002, K[11], 1), 2)
     n.rx(2, bootstrap(K[3], 1003, K[11], 1), 3)
-    assert n.r.capacity()["routes"][:2] == [2, 2]
+    assert report.capacity(n.r)["routes"][:2] == [2, 2]
     return n
 
 
@@ -107,7 +108,7 @@ def test_bootstrap_the_full_table_refuses_is_not_verified_on_change():
     done, skipped = c.verify_done, c.verify_skipped
     n.rx(2, bootstrap(K[5], 2000, K[11], 1, sig=bytes(64)), 4)     # farther than K[3]
     assert c.verify_done == done and c.verify_skipped == skipped + 1
-    assert n.r.capacity()["routes"] == [2, 2, 1]                  # refused, counted
+    assert report.capacity(n.r)["routes"] == [2, 2, 1]                  # refused, counted
     assert c.drops[bad] == 0
     n.rx(1, bootstrap(K[1], 2001, K[11], 1, sig=bytes(64)), 5)     # closer: would evict K[3]
     assert c.verify_done == done + 1 and c.drops[bad] == 1

@@ -6,6 +6,7 @@ from snake.crypto import verify
 from snake.telemetry import (D_BOOTSTRAP_ROOT, D_BOOTSTRAP_REPLAY, D_BAD_SIGNATURE, D_LOOP,
                              D_WATERMARK, D_ROUTE_TABLE_FULL)
 from routertest import Node, signer, keys_sorted, announcement, bootstrap, decode, wakeup
+from snake import report
 
 B_ = wire.T_BOOTSTRAP
 IDS = list(range(21, 31))
@@ -32,7 +33,7 @@ def setup(me=4, **profile):
     n = Node(K[me], **profile)
     n.r.port_up(1, pub(7), 1, 0)
     n.rx(1, announcement(K[9], 1, [(K[9], 3), (K[7], 1)]), 1)
-    assert n.r.parent_port() == 1
+    assert report.parent_port(n.r) == 1
     n.clear()
     return n
 
@@ -254,7 +255,7 @@ def test_bootstrap_dead_end_installs_route_and_descending_entry():
     n = setup()
     n.r.port_up(2, pub(2), 1, 2)
     rx_bootstrap(n, 2, 2, 1000, wm_key=pub(4))
-    assert n.r.desc_key() == pub(2)
+    assert report.desc_key(n.r) == pub(2)
     s = n.r.snake
     slot = s.routes.find(pub(2))
     assert slot >= 0 and s.r_src[slot] == 2 and s.r_dst[slot] == 0 and s.seq(slot) == 1000
@@ -272,7 +273,7 @@ def test_bootstrap_forwarded_installs_route_with_next_hop_and_rewrites_watermark
     s = n.r.snake
     slot = s.routes.find(pub(5))
     assert s.r_src[slot] == 2 and s.r_dst[slot] == 1
-    assert n.r.desc_key() is None
+    assert report.desc_key(n.r) is None
 
 
 def test_full_table_evicting_the_next_hop_route_keeps_the_watermark_it_chose():
@@ -299,7 +300,7 @@ def test_bootstrap_with_bad_signature_is_dropped():
     n = setup()
     n.r.port_up(2, pub(2), 1, 2)
     rx_bootstrap(n, 2, 2, 1000, sig=b"\x01" * 64)
-    assert n.r.desc_key() is None and n.r.snake.routes.count == 0
+    assert report.desc_key(n.r) is None and n.r.snake.routes.count == 0
     assert n.r.counters.drops[D_BAD_SIGNATURE] == 1
 
 
@@ -308,7 +309,7 @@ def test_bootstrap_with_another_root_or_root_sequence_is_dropped():
     n.r.port_up(2, pub(2), 1, 2)
     rx_bootstrap(n, 2, 2, 1000, root_i=8)
     rx_bootstrap(n, 2, 2, 1001, root_seq=2)
-    assert n.r.desc_key() is None and n.r.snake.routes.count == 0
+    assert report.desc_key(n.r) is None and n.r.snake.routes.count == 0
     assert n.r.counters.drops[D_BOOTSTRAP_ROOT] == 2
 
 
@@ -339,11 +340,11 @@ def test_descending_closer_key_replaces_farther_is_ignored():
     n.r.port_up(2, pub(2), 1, 2)
     n.r.port_up(3, pub(3), 1, 2)
     rx_bootstrap(n, 2, 2, 1000)
-    assert n.r.desc_key() == pub(2)
+    assert report.desc_key(n.r) == pub(2)
     rx_bootstrap(n, 3, 3, 1000, t=20)
-    assert n.r.desc_key() == pub(3)
+    assert report.desc_key(n.r) == pub(3)
     rx_bootstrap(n, 2, 2, 1001, t=30)
-    assert n.r.desc_key() == pub(3)
+    assert report.desc_key(n.r) == pub(3)
 
 
 def test_descending_refresh_from_existing_descending_node():
@@ -352,7 +353,7 @@ def test_descending_refresh_from_existing_descending_node():
     rx_bootstrap(n, 2, 2, 1000, t=10)
     rx_bootstrap(n, 2, 2, 1001, t=900)
     s = n.r.snake
-    assert n.r.desc_key() == pub(2) and s.desc_last == 900 and s.desc_seq == 1001
+    assert report.desc_key(n.r) == pub(2) and s.desc_last == 900 and s.desc_seq == 1001
 
 
 def test_descending_ignores_keys_above_ours():
@@ -361,7 +362,7 @@ def test_descending_ignores_keys_above_ours():
     n = Node(K[9])
     n.r.port_up(1, pub(8), 1, 0)
     n.rx(1, bootstrap(K[8], 1000, K[9], 1), 10)
-    assert n.r.desc_key() == pub(8)
+    assert report.desc_key(n.r) == pub(8)
     n2 = setup(me=4)
     n2.r.snake._set_desc(ba(pub(2)), 1, 10, 1, 1)
     assert not n2.r.snake._desc_would_change(ba(pub(5)), 2)
@@ -390,10 +391,10 @@ def test_descending_entry_expires_after_10_seconds():
         t += 1000
         keepalive(n, [1, 2], t)
         n.r.tick(t)
-    assert n.r.desc_key() == pub(2) or t >= 10010
+    assert report.desc_key(n.r) == pub(2) or t >= 10010
     keepalive(n, [1, 2], 10010)
     n.r.tick(10010)
-    assert n.r.desc_key() is None
+    assert report.desc_key(n.r) is None
     assert n.r.snake.routes.count == 0   # routes expire after 10 s too
 
 
@@ -404,7 +405,7 @@ def test_descending_entry_removed_when_root_changes():
     n.rx(1, announcement(K[9], 2, [(K[9], 3), (K[7], 1)]), 500)
     keepalive(n, [2], 1100)
     n.r.tick(1100)
-    assert n.r.desc_key() is None
+    assert report.desc_key(n.r) is None
 
 
 def test_port_down_drops_routes_and_descending_through_it():
@@ -415,7 +416,7 @@ def test_port_down_drops_routes_and_descending_through_it():
     rx_bootstrap(n, 3, 5, 1000)
     assert n.r.snake.routes.count == 2
     n.r.port_down(2, 20)
-    assert n.r.desc_key() is None and n.r.snake.routes.count == 1
+    assert report.desc_key(n.r) is None and n.r.snake.routes.count == 1
     n.r.port_down(1, 30)   # K5's route went out through the parent
     assert n.r.snake.routes.count == 0
 
@@ -508,14 +509,14 @@ def test_descending_change_triggers_bootstrap_soon_and_the_ramp():
     # a first descending entry, 1 s into a 5 s period
     t = times[-1] + 1000
     rx_bootstrap(n, 2, 2, 1000, t=t)
-    assert n.r.desc_key() == pub(2)
+    assert report.desc_key(n.r) == pub(2)
     got = bootstrap_times(n, [1, 2, 3], t + 100, t + 6000)
     assert got == [t + 100, t + 1100, t + 2100, t + 3100, t + 4100], got
     # a closer key replaces it 200 ms after a bootstrap: soon (>= 500 ms
     # after that bootstrap), then the ramp from its start
     t = got[-1] + 200
     rx_bootstrap(n, 3, 3, 1001, t=t)
-    assert n.r.desc_key() == pub(3)
+    assert report.desc_key(n.r) == pub(3)
     got = bootstrap_times(n, [1, 2, 3], t + 100, t + 2500)
     assert got == [t + 300, t + 1300, t + 2300], got
     # a refresh from the same descending node changes nothing: the ramp
@@ -542,7 +543,7 @@ def test_losing_the_descending_entry_triggers_bootstrap_soon():
         n.r.tick(t)
         if len(n.frames(B_)) > before:
             times.append(t)
-        if lost is None and n.r.desc_key() is None:
+        if lost is None and report.desc_key(n.r) is None:
             lost = t
         t += 100
     assert lost is not None and 40050 <= lost <= 41100
@@ -550,10 +551,10 @@ def test_losing_the_descending_entry_triggers_bootstrap_soon():
     # through its port going down (the ramp after the new entry would
     # bootstrap 2 s after the last one; the loss brings it forward)
     rx_bootstrap(n, 2, 2, 1001, t=t)
-    assert n.r.desc_key() == pub(2)
+    assert report.desc_key(n.r) == pub(2)
     assert bootstrap_times(n, [1, 2], t + 100, t + 3000) == [t + 100, t + 1100, t + 2100]
     n.r.port_down(2, t + 3050)
-    assert n.r.desc_key() is None
+    assert report.desc_key(n.r) is None
     assert bootstrap_times(n, [1], t + 3100, t + 4000) == [t + 3100]
 
 
@@ -592,7 +593,7 @@ def test_verify_policy_off_verifies_nothing():
     rx_bootstrap(n, 2, 2, 1000)
     rx_bootstrap(n, 2, 2, 1001, t=20)
     assert c.verify_done == d0 and c.verify_skipped == 2
-    assert n.r.desc_key() == pub(2)
+    assert report.desc_key(n.r) == pub(2)
 
 
 def test_routing_table_never_exceeds_capacity_under_bootstrap_flood():

@@ -3,6 +3,7 @@
 from snake import wire, wire_host
 from snake.crypto import verify
 from routertest import Node, signer, keys_sorted, announcement, decode
+from snake import report
 
 A_ = wire.T_ANNOUNCEMENT
 MIN = 60 * 1000
@@ -64,7 +65,7 @@ def _sanity_case(frame_for, expect):
     assert n.closed[-1][1] == "sanity:" + expect if expect else n.closed[-1][1].startswith("sanity")
     assert not n.r.up[1]
     assert n.r.counters.drops[17] >= 1  # sanity
-    assert n.r.parent_port() == 0
+    assert report.parent_port(n.r) == 0
 
 
 def test_sanity_no_hops_disconnects():
@@ -124,7 +125,7 @@ def test_sanity_sequence_going_backwards_disconnects():
     n = Node(lo)
     n.r.port_up(1, signer(mid).public, 1, 0)
     n.rx(1, announcement(hi, 5, [(hi, 2), (mid, 1)]), 10)
-    assert n.closed == [] and n.r.parent_port() == 1
+    assert n.closed == [] and report.parent_port(n.r) == 1
     n.rx(1, announcement(hi, 4, [(hi, 2), (mid, 1)]), 20)
     assert n.closed == [(1, "sanity:sequence_backwards")]
 
@@ -136,8 +137,8 @@ def test_higher_root_from_peer_becomes_parent_and_announces_to_all():
     n.r.port_up(2, signer(lo).public, 1, 0)
     n.clear()
     n.rx(1, announcement(hi, 1, [(hi, 7)]), 10)
-    assert n.r.parent_port() == 1
-    assert n.r.root_key() == signer(hi).public and n.r.coords() == [7]
+    assert report.parent_port(n.r) == 1
+    assert report.root_key(n.r) == signer(hi).public and report.coords(n.r) == [7]
     out = n.frames(A_, 2)
     assert len(out) == 1
     f = decode(out[0][1])
@@ -170,7 +171,7 @@ def _child_of(me, parent, root, extra_ports=()):
     for p, who in extra_ports:
         n.r.port_up(p, signer(who).public, 1, 0)
     n.rx(1, announcement(root, 1, [(root, 4), (parent, 1)]), 10)
-    assert n.r.parent_port() == 1
+    assert report.parent_port(n.r) == 1
     n.clear()
     return n
 
@@ -179,7 +180,7 @@ def test_bad_news_same_root_and_sequence_from_parent_becomes_root_and_waits():
     a, b, c, d = roles(4)
     n = _child_of(a, c, d, extra_ports=[(2, b)])
     n.rx(1, announcement(d, 1, [(d, 5), (c, 1)]), 100)   # same root, same seq
-    assert n.r.parent_port() == 0
+    assert report.parent_port(n.r) == 0
     out = n.frames(A_)
     assert sorted(p for p, _ in out) == [1, 2]
     for _, fr in out:
@@ -187,33 +188,33 @@ def test_bad_news_same_root_and_sequence_from_parent_becomes_root_and_waits():
         assert bytes(fr[f.root_off:f.root_off + 32]) == n.key
     # during the 1 s wait: store only
     n.rx(2, announcement(d, 2, [(d, 6), (b, 2)]), 500)
-    assert n.r.parent_port() == 0
+    assert report.parent_port(n.r) == 0
     n.r.tick(1099)
-    assert n.r.parent_port() == 0
+    assert report.parent_port(n.r) == 0
     n.r.tick(1100)
-    assert n.r.parent_port() == 2   # higher sequence wins the selection
-    assert n.r.root_key() == signer(d).public
+    assert report.parent_port(n.r) == 2   # higher sequence wins the selection
+    assert report.root_key(n.r) == signer(d).public
 
 
 def test_bad_news_root_got_lower_from_parent():
     a, b, c, d = roles(4)
     n = _child_of(a, c, d)
     n.rx(1, announcement(c, 1, [(c, 1)]), 100)
-    assert n.r.parent_port() == 0 and n.r.tree.wait
+    assert report.parent_port(n.r) == 0 and n.r.tree.wait
 
 
 def test_bad_news_parent_announcement_contains_our_key():
     a, b, c, d = roles(4)
     n = _child_of(b, c, d)
     n.rx(1, announcement(d, 2, [(d, 4), (b, 3), (a, 2), (c, 1)]), 100)
-    assert n.r.parent_port() == 0 and n.r.tree.wait
+    assert report.parent_port(n.r) == 0 and n.r.tree.wait
 
 
 def test_parent_higher_sequence_is_resigned_to_all_peers():
     a, b, c, d = roles(4)
     n = _child_of(b, c, d, extra_ports=[(2, a)])
     n.rx(1, announcement(d, 2, [(d, 4), (c, 1)]), 100)
-    assert n.r.parent_port() == 1 and n.r.root_seq() == 2
+    assert report.parent_port(n.r) == 1 and report.root_seq(n.r) == 2
     out = n.frames(A_)
     assert sorted(p for p, _ in out) == [1, 2]
     for p, fr in out:
@@ -225,7 +226,7 @@ def test_announcement_from_other_peer_containing_our_key_is_ignored():
     a, b, c, d = roles(4)
     n = _child_of(b, c, d, extra_ports=[(2, a)])
     n.rx(2, announcement(d, 1, [(d, 4), (c, 1), (b, 2), (a, 1)]), 100)
-    assert n.r.parent_port() == 1 and n.frames(A_) == []
+    assert report.parent_port(n.r) == 1 and n.frames(A_) == []
 
 
 def test_parent_selection_prefers_higher_sequence_then_earliest_received():
@@ -234,11 +235,11 @@ def test_parent_selection_prefers_higher_sequence_then_earliest_received():
     n.r.port_up(1, signer(b).public, 1, 0)
     n.r.port_up(2, signer(c).public, 1, 0)
     n.rx(1, announcement(d, 1, [(d, 1), (b, 1)]), 10)
-    assert n.r.parent_port() == 1
+    assert report.parent_port(n.r) == 1
     n.rx(2, announcement(d, 2, [(d, 2), (c, 1)]), 20)
-    assert n.r.parent_port() == 2
+    assert report.parent_port(n.r) == 2
     n.rx(1, announcement(d, 2, [(d, 1), (b, 1)]), 30)
-    assert n.r.parent_port() == 2   # same root and seq: earliest received stays
+    assert report.parent_port(n.r) == 2   # same root and seq: earliest received stays
 
 
 def test_root_refreshes_every_30_minutes_with_sequence_increment():
@@ -258,7 +259,7 @@ def test_root_refreshes_every_30_minutes_with_sequence_increment():
     n.rx(1, bytes(ka), 30 * MIN)
     n.r.tick(30 * MIN)
     out = n.frames(A_, 1)
-    assert len(out) == 1 and decode(out[0][1]).root_seq == 2 and n.r.root_seq() == 2
+    assert len(out) == 1 and decode(out[0][1]).root_seq == 2 and report.root_seq(n.r) == 2
 
 
 def test_announcement_expires_after_45_minutes():
@@ -266,7 +267,7 @@ def test_announcement_expires_after_45_minutes():
     n = Node(lo)
     n.r.port_up(1, signer(hi).public, 1, 0)
     n.rx(1, announcement(hi, 1, [(hi, 1)]), 0)
-    assert n.r.parent_port() == 1
+    assert report.parent_port(n.r) == 1
     ka = bytearray(10)
     wire.encode_keepalive(ka)
     t = 0
@@ -274,10 +275,10 @@ def test_announcement_expires_after_45_minutes():
         t += 4000
         n.rx(1, bytes(ka), t)
         n.r.tick(t)
-    assert n.r.parent_port() == 1
+    assert report.parent_port(n.r) == 1
     n.rx(1, bytes(ka), 45 * MIN)
     n.r.tick(45 * MIN)
-    assert n.r.parent_port() == 0 and n.r.root_key() == n.key
+    assert report.parent_port(n.r) == 0 and report.root_key(n.r) == n.key
 
 
 def test_coordinates_are_the_ports_of_the_parents_announcement():
@@ -285,8 +286,8 @@ def test_coordinates_are_the_ports_of_the_parents_announcement():
     n = Node(a)
     n.r.port_up(1, signer(b).public, 1, 0)
     n.rx(1, announcement(d, 1, [(d, 300), (c, 2), (b, 9)]), 10)
-    assert n.r.coords() == [300, 2, 9]
-    assert n.r.snapshot()["depth"] == 3
+    assert report.coords(n.r) == [300, 2, 9]
+    assert report.snapshot(n.r)["depth"] == 3
 
 
 def test_parent_disconnect_reselects_parent():
@@ -296,9 +297,9 @@ def test_parent_disconnect_reselects_parent():
     n.r.port_up(2, signer(c).public, 1, 0)
     n.rx(1, announcement(d, 1, [(d, 1), (b, 1)]), 10)
     n.rx(2, announcement(d, 1, [(d, 2), (c, 1)]), 20)
-    assert n.r.parent_port() == 1
+    assert report.parent_port(n.r) == 1
     n.r.port_down(1, 30)
-    assert n.r.parent_port() == 2 and n.r.coords() == [2, 1]
+    assert report.parent_port(n.r) == 2 and report.coords(n.r) == [2, 1]
 
 
 def test_extended_prefix_costs_one_new_verification():

@@ -5,6 +5,7 @@ import json
 
 from host_tools.sim.harness import Mesh
 from host_tools.sim import telemetry as TM
+from snake import report
 
 
 def test_hub_with_full_ports_counts_refused_links_in_capacity_telemetry():
@@ -13,7 +14,7 @@ def test_hub_with_full_ports_counts_refused_links_in_capacity_telemetry():
              profile={"max_peers": 2}, telemetry=TM.Writer(out))
     m.start_sampling(1.0, 1.0)
     m.run(3)
-    cap = m.router("hub").capacity()
+    cap = report.capacity(m.router("hub"))
     assert cap["peers"][0] == 2 and cap["peers"][1] == 2
     assert cap["peers"][2] >= 2          # two of the four links found no port
     recs = [json.loads(x) for x in out.getvalue().splitlines()]

@@ -41,6 +41,7 @@ from host_tools.sim.harness import Mesh
 import snake.router
 from snake import wire
 from snake.crypto import Signer
+from snake import report
 
 FLOOD_KEYS = 10000
 TOPO = os.path.join(host_tools.REPO_ROOT, "host_tools", "topologies", "sim.txt")
@@ -115,7 +116,7 @@ def test_bootstrap_flood_from_10000_keys(profile, traced):
     assert m.converge(timeout=60) is not None, m.problems()
     rv = m.router(VICTIM)
     cap = rv.snake.routes.capacity
-    root, rseq = rv.root_key(), rv.root_seq()
+    root, rseq = report.root_key(rv), report.root_seq(rv)
     frames = []
     seq0 = 1800000000000
     for i, s in enumerate(signers):

@@ -29,6 +29,7 @@ from host_tools.sim.harness import Mesh
 from snake import wire
 from snake.crypto import Signer
 from snake.report import DROP_NAMES
+from snake import report
 
 TOPO = "a b c d e\nb f g\nc h\ne h\n"
 VICTIM = "c"
@@ -79,12 +80,12 @@ def assert_no_poison(m, forged=()):
     evil = m.key(EVIL)
     for n in HONEST:
         r = m.router(n)
-        desc = r.desc_key()
+        desc = report.desc_key(r)
         assert desc is None or desc in keys, (n, "descending entry for a forged key")
         for k, (src, _dst) in H.route_ports(r).items():
             assert k not in forged, (n, "route for a forged key", k.hex()[:8])
             if k != evil and n == VICTIM:
-                assert r.peer_key(src) != evil, (n, "route to honest key via the attacker")
+                assert report.peer_key(r, src) != evil, (n, "route to honest key via the attacker")
 
 
 def assert_honest_ok(m, forged=(), within=RECOVER_S):
@@ -103,13 +104,13 @@ def assert_honest_ok(m, forged=(), within=RECOVER_S):
 
 def victim_state(m):
     r = m.router(VICTIM)
-    return r.root_key(), r.root_seq(), r.parent_port(), r.desc_key()
+    return report.root_key(r), report.root_seq(r), report.parent_port(r), report.desc_key(r)
 
 
 # ---- announcements: each sanity failure drops the frame and the peer ---------
 def _announcement_attack(m, frame, reason):
     rv = m.router(VICTIM)
-    root0 = rv.root_key()
+    root0 = report.root_key(rv)
     sanity0 = drop(rv, "sanity")
     before = len(H.disconnects(m, VICTIM, EVIL))
     assert H.inject(m, EVIL, VICTIM, frame)
@@ -117,7 +118,7 @@ def _announcement_attack(m, frame, reason):
     assert drop(rv, "sanity") == sanity0 + 1
     got = H.disconnects(m, VICTIM, EVIL)[before:]
     assert got == ["sanity:" + reason], got
-    assert rv.root_key() == root0, "the victim took a root from a rejected announcement"
+    assert report.root_key(rv) == root0, "the victim took a root from a rejected announcement"
     # the attacker's link is gone (it reconnects later, as discovery would)
     assert m.port_of(VICTIM, EVIL) == 0
     return rv
@@ -134,7 +135,7 @@ def test_announcement_with_bad_hop_signature_forging_a_higher_root():
     _announcement_attack(m, frame, "bad_signature")
     assert drop(rv, "bad_signature") == bad0 + 1
     for n in HONEST:
-        assert m.router(n).root_key() != fake_root
+        assert report.root_key(m.router(n)) != fake_root
     assert_honest_ok(m)
 
 
@@ -171,8 +172,8 @@ def test_announcement_with_port_zero():
 
 def test_announcement_whose_first_hop_is_not_the_root():
     m = setup(seed=15)
-    root = m.router(VICTIM).root_key()
-    frame = H.announce(root, m.router(VICTIM).root_seq(),
+    root = report.root_key(m.router(VICTIM))
+    frame = H.announce(root, report.root_seq(m.router(VICTIM)),
                        [(m.port_of(EVIL, VICTIM), H.node_signer(m, EVIL))])
     _announcement_attack(m, frame, "first_hop_not_root")
     assert_honest_ok(m)
@@ -198,10 +199,10 @@ def test_announcement_replayed_with_a_sequence_going_backwards():
     rt.tree.root_sent -= 30 * 60 * 1000
     m.run(2)
     assert m.converge(timeout=30) is not None
-    assert m.router(VICTIM).root_seq() == seq + 1
-    assert m.router(EVIL).root_seq() == seq + 1     # the victim stored seq + 1 from evil
+    assert report.root_seq(m.router(VICTIM)) == seq + 1
+    assert report.root_seq(m.router(EVIL)) == seq + 1     # the victim stored seq + 1 from evil
     _announcement_attack(m, old, "sequence_backwards")
-    assert m.router(VICTIM).root_seq() == seq + 1
+    assert report.root_seq(m.router(VICTIM)) == seq + 1
     assert_honest_ok(m)
 
 
@@ -216,7 +217,7 @@ def test_announcement_containing_the_victim_is_ignored_not_adopted():
     m.run(0.05)
     assert H.disconnects(m, VICTIM, EVIL) == []
     assert victim_state(m)[:3] == state[:3]
-    assert m.router(VICTIM).peer_key(state[2]) != m.key(EVIL)
+    assert report.peer_key(m.router(VICTIM), state[2]) != m.key(EVIL)
     assert_honest_ok(m)
 
 
@@ -225,7 +226,7 @@ def _honest_desc_case(m):
     """(descendant name D, its key): the victim's descending node, whose
     bootstraps the victim holds a route for."""
     rv = m.router(VICTIM)
-    d = rv.desc_key()
+    d = report.desc_key(rv)
     if d is None:
         return None, None
     return m.name_of(d), d
@@ -236,7 +237,7 @@ def test_forged_bootstrap_signature_poisons_nothing(policy):
     m = setup(seed=21)
     rv = m.router(VICTIM)
     rv.verify_policy = policy
-    root, rseq = rv.root_key(), rv.root_seq()
+    root, rseq = report.root_key(rv), report.root_seq(rv)
     ev = H.node_signer(m, EVIL)
     bad0 = drop(rv, "bad_signature")
     forged = []
@@ -255,7 +256,7 @@ def test_forged_bootstrap_signature_poisons_nothing(policy):
     # 3. the attacker's own signature on someone else's key
     frames.append(H.bootstrap(ev, 10 ** 15 + 1, root, rseq, key=fake,
                               sig=ev.sign(wire.bootstrap_signed(10 ** 15 + 1, root, rseq))))
-    desc0 = rv.desc_key()
+    desc0 = report.desc_key(rv)
     loop0, wm0 = drop(rv, "loop"), drop(rv, "watermark")
     sent, _ = H.blast(m, EVIL, VICTIM, frames)
     m.run(0.1)
@@ -265,11 +266,11 @@ def test_forged_bootstrap_signature_poisons_nothing(policy):
     bad = drop(rv, "bad_signature") - bad0
     early = drop(rv, "loop") - loop0 + drop(rv, "watermark") - wm0
     assert bad + early == len(frames) and bad >= 2, (bad, early)
-    assert rv.desc_key() == desc0
+    assert report.desc_key(rv) == desc0
     for k, (src, _dst) in H.route_ports(rv).items():
         assert k != fake
         if k != m.key(EVIL):
-            assert rv.peer_key(src) != m.key(EVIL), "route moved to the attacker"
+            assert report.peer_key(rv, src) != m.key(EVIL), "route moved to the attacker"
     assert m.converged(), m.problems()
     assert_honest_ok(m, forged=forged)
 
@@ -284,7 +285,7 @@ def test_replayed_bootstrap_is_dropped():
     seen = {}
     for port, fr in spy.frames:
         f = H.decode(fr)
-        if rv.peer_key(port) != m.key(EVIL):
+        if report.peer_key(rv, port) != m.key(EVIL):
             seen.setdefault(bytes(fr[f.dst_off:f.dst_off + 32]), []).append((port, fr))
     routes = H.route_ports(rv)
     cands = [k for k in seen if k in routes and len(seen[k]) >= 2]
@@ -307,7 +308,7 @@ def test_replayed_bootstrap_is_dropped():
 def test_bootstrap_for_another_root_is_dropped():
     m = setup(seed=23)
     rv = m.router(VICTIM)
-    root, rseq = rv.root_key(), rv.root_seq()
+    root, rseq = report.root_key(rv), report.root_seq(rv)
     ev = H.node_signer(m, EVIL)
     fake = H.key_below(m.key(VICTIM))
     s_fake = H.fresh_signers(1, "other-root")[0]
@@ -326,7 +327,7 @@ def test_bootstrap_for_another_root_is_dropped():
     routes = H.route_ports(rv)
     assert s_fake.public not in routes and fake not in routes
     assert routes.get(m.key(EVIL)) == routes0.get(m.key(EVIL))
-    assert rv.root_key() == root and rv.root_seq() == rseq
+    assert report.root_key(rv) == root and report.root_seq(rv) == rseq
     assert_honest_ok(m, forged=[s_fake.public])
 
 
@@ -372,7 +373,7 @@ def test_traffic_with_a_watermark_that_would_loop_is_dropped():
 def test_wakeup_broadcast_storm():
     m = setup(seed=25)
     rv = m.router(VICTIM)
-    root, rseq = rv.root_key(), rv.root_seq()
+    root, rseq = report.root_key(rv), report.root_seq(rv)
     ev = H.node_signer(m, EVIL)
     counters = {n: H.TxCount(m, n, wire.T_WAKEUP) for n in HONEST}
     honest_ports = {n: sum(m.router(n).up) for n in HONEST}

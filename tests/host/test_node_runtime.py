@@ -13,6 +13,7 @@ from snake import node as nodemod
 from snake.node import BufPool, Node, SendQueues
 from snake.profile import Profile
 from snake.report import DROP_NAMES
+from snake import report
 
 D_QUEUE_FULL = DROP_NAMES.index("queue_full")
 
@@ -231,9 +232,9 @@ def test_link_up_backpressure_and_down():
         hs, peer = handshake_of(bytes([0x66]) * 32)
         link.feed(hs)
         task = asyncio.ensure_future(stream.run(node, link))
-        await _settle(lambda: r.peers() != [])
-        port = r.peers()[0]["port"]
-        assert r.peers()[0]["key"] == peer.hex() and r.peers()[0]["link"] == "remote"
+        await _settle(lambda: report.peers(r) != [])
+        port = report.peers(r)[0]["port"]
+        assert report.peers(r)[0]["key"] == peer.hex() and report.peers(r)[0]["link"] == "remote"
         sq = node.sq
         assert sq.limit[port] == 3         # profile wifi_queue
         await _settle(lambda: sq.count[port] == 0)
@@ -260,7 +261,7 @@ def test_link_up_backpressure_and_down():
         # EOF: the port goes down in the core
         link.close()
         await asyncio.wait_for(task, 3)
-        assert r.peers() == [] and node.links[port] is None
+        assert report.peers(r) == [] and node.links[port] is None
         assert node.stats["links_down"] == 1
     asyncio.run(go())
 
@@ -272,9 +273,9 @@ def test_ble_queue_smaller():
         hs, peer = handshake_of(bytes([0x67]) * 32)
         link.feed(hs)
         task = asyncio.ensure_future(stream.run(node, link))
-        await _settle(lambda: node.router.peers() != [])
-        port = node.router.peers()[0]["port"]
-        assert node.sq.limit[port] == 2 and node.router.peers()[0]["link"] == "ble"
+        await _settle(lambda: report.peers(node.router) != [])
+        port = report.peers(node.router)[0]["port"]
+        assert node.sq.limit[port] == 2 and report.peers(node.router)[0]["link"] == "ble"
         link.close()
         await asyncio.wait_for(task, 3)
     asyncio.run(go())
@@ -287,7 +288,7 @@ def test_duplicate_rule():
         a = MemLink(link_type=1, outbound=False)
         a.feed(hs)
         ta = asyncio.ensure_future(stream.run(node, a))
-        await _settle(lambda: len(node.router.peers()) == 1)
+        await _settle(lambda: len(report.peers(node.router)) == 1)
         # same key, same link type, same direction: the newer one is closed
         b = MemLink(link_type=1, outbound=False)
         b.feed(hs)
@@ -298,7 +299,7 @@ def test_duplicate_rule():
         c = MemLink(link_type=3)
         c.feed(hs)
         tc = asyncio.ensure_future(stream.run(node, c))
-        await _settle(lambda: len(node.router.peers()) == 2)
+        await _settle(lambda: len(report.peers(node.router)) == 2)
         # opposite directions at once: both ends keep the link the lower key dialled
         lower_is_us = node.key < peer
         d = MemLink(link_type=1, outbound=lower_is_us)
@@ -307,12 +308,12 @@ def test_duplicate_rule():
         td = asyncio.ensure_future(stream.run(node, d))
         await _settle(lambda: a.closed)
         await asyncio.wait_for(ta, 3)
-        links = [x["link"] for x in node.router.peers()]
+        links = [x["link"] for x in report.peers(node.router)]
         assert sorted(links) == ["remote", "wifi"] and not d.closed
         for lk in (c, d):
             lk.close()
         await asyncio.wait_for(asyncio.gather(tc, td), 3)
-        assert node.router.peers() == []
+        assert report.peers(node.router) == []
     asyncio.run(go())
 
 
@@ -323,13 +324,13 @@ def test_core_disconnect_closes_link():
         link = MemLink()
         link.feed(hs)
         task = asyncio.ensure_future(stream.run(node, link))
-        await _settle(lambda: node.router.peers() != [])
+        await _settle(lambda: report.peers(node.router) != [])
         # a malformed announcement fails the sanity check: the core asks the
         # runtime to drop the peer
         bad = bytearray(b"pine" + bytes([0, wire.T_ANNOUNCEMENT, 0, 0, 0, 14]) + b"\x00\x02\x00\x00")
         link.feed(bad)
         await asyncio.wait_for(task, 3)
-        assert link.closed and node.router.peers() == []
+        assert link.closed and report.peers(node.router) == []
         assert node.stats["core_disconnect"] == 1
     asyncio.run(go())
 
@@ -373,8 +374,8 @@ def test_direct_send_then_queue_keeps_order():
         hs, peer = handshake_of(bytes([0x6a]) * 32)
         link.feed(hs)
         task = asyncio.ensure_future(stream.run(node, link))
-        await _settle(lambda: r.peers() != [])
-        port = r.peers()[0]["port"]
+        await _settle(lambda: report.peers(r) != [])
+        port = report.peers(r)[0]["port"]
         sq = node.sq
         await _settle(lambda: sq.count[port] == 0)
         free0 = node.txpool.free()
@@ -438,8 +439,8 @@ def test_tx_owned_sends_at_once_or_queues_without_a_copy():
         hs, peer = handshake_of(bytes([0x6b]) * 32)
         link.feed(hs)
         task = asyncio.ensure_future(stream.run(node, link))
-        await _settle(lambda: r.peers() != [])
-        port = r.peers()[0]["port"]
+        await _settle(lambda: report.peers(r) != [])
+        port = report.peers(r)[0]["port"]
         sq = node.sq
         pool = node.txpool
         await _settle(lambda: sq.count[port] == 0)
@@ -474,7 +475,7 @@ def test_receive_pool_shared_and_slow_link_closed(monkeypatch):
         b.feed(hs_b)
         ta = asyncio.ensure_future(stream.run(node, a))
         tb = asyncio.ensure_future(stream.run(node, b))
-        await _settle(lambda: len(r.peers()) == 2)
+        await _settle(lambda: len(report.peers(r)) == 2)
         assert node.rxpool.free() == 1
         # a sends a header and trickles nothing more: it holds the only buffer
         ka = keepalive()
@@ -605,8 +606,8 @@ def test_one_large_buffer_reader_takes_it_back_from_a_queued_announcement():
         hs, _ = handshake_of(bytes([0x6f]) * 32)
         link.feed(hs)
         task = asyncio.ensure_future(stream.run(node, link))
-        await _settle(lambda: r.peers() != [])
-        port = r.peers()[0]["port"]
+        await _settle(lambda: report.peers(r) != [])
+        port = report.peers(r)[0]["port"]
         sq = node.sq
         await _settle(lambda: sq.count[port] == 0)
         link.gate.clear()                    # from now on the peer takes nothing

@@ -11,6 +11,7 @@ import host_tools  # noqa: F401  (puts firmware/ and lib/ on sys.path)
 from host_tools.sim.harness import Mesh
 from snake import wire
 from snake.crypto import Signer
+from snake import report
 
 SHARED = os.path.join(host_tools.REPO_ROOT, "host_tools", "topologies")
 TOPOLOGIES = ["sim.txt", "line-0050.txt", "rtree-0050.txt", "grid4-0049.txt"]
@@ -51,7 +52,7 @@ def test_all_nodes_agree_on_the_highest_key_as_root(converged):
     assert m.tree_converged()
     highest = max(m.key(n) for n in m.nodes)
     for n in m.nodes:
-        assert m.router(n).root_key() == highest, n
+        assert report.root_key(m.router(n)) == highest, n
 
 
 def test_every_descending_entry_is_the_true_next_lower_key(converged):
@@ -61,7 +62,7 @@ def test_every_descending_entry_is_the_true_next_lower_key(converged):
         k = m.key(n)
         i = keys.index(k)
         want = keys[i - 1] if i > 0 else None
-        assert m.router(n).desc_key() == want, (name, n)
+        assert report.desc_key(m.router(n)) == want, (name, n)
 
 
 def test_traffic_between_200_random_pairs_is_delivered(converged):
@@ -146,7 +147,7 @@ def test_tables_stay_within_capacity_under_10x_bootstrap_flood_and_snake_recover
     cap = r.snake.routes.capacity
     port = next(p for p in range(1, len(r.up)) if r.up[p])
     rnd = random.Random(7)
-    root, rseq = r.root_key(), r.root_seq()
+    root, rseq = report.root_key(r), report.root_seq(r)
     buf = bytearray(512)
     peak = 0
     for i in range(10 * cap):
@@ -159,7 +160,7 @@ def test_tables_stay_within_capacity_under_10x_bootstrap_flood_and_snake_recover
         if i % 16 == 0:
             m.run(0.05)
     assert peak <= cap and r.snake.routes.count <= cap
-    assert r.snake.routes.evictions > 0 or r.capacity()["routes"][2] > 0
+    assert r.snake.routes.evictions > 0 or report.capacity(r)["routes"][2] > 0
     # flood over: the honest snake is correct again within 30 s
     t = m.converge(timeout=30)
     assert t is not None, m.problems()

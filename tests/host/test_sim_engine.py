@@ -13,6 +13,7 @@ from host_tools.sim.links import Endpoint
 from host_tools.sim import runner
 
 from snake.router import Router
+from snake import report
 
 SCEN = """
 2 ping-set 4 interval=1 count=2
@@ -117,12 +118,12 @@ def test_ports_lowest_free_first_and_reused():
     assert sorted(ports.values()) == [1, 2, 3, 4]
     r = m.router("hub")
     for x, p in ports.items():
-        assert r.peer_key(p) == m.key(x)
-        assert m.router(x).peer_key(m.port_of(x, "hub")) == m.key("hub")
+        assert report.peer_key(r, p) == m.key(x)
+        assert report.peer_key(m.router(x), m.port_of(x, "hub")) == m.key("hub")
     freed = ports["b"]
     m.link_down("hub", "b")
     assert m.port_of("hub", "b") == 0
-    assert r.peer_key(freed) is None            # port_down reached the hub's router
+    assert report.peer_key(r, freed) is None            # port_down reached the hub's router
     m.link_up("hub", "b")
     m.run(1)
     assert m.port_of("hub", "b") == freed       # lowest free number again
@@ -143,7 +144,7 @@ def test_loss_one_cuts_the_link():
     m = Mesh("a b @loss=1\nb c", seed=1)
     m.run(15)
     assert m.stats["lost"] > 0
-    assert m.router("a").root_key() == m.key("a")   # never heard anything
+    assert report.root_key(m.router("a")) == m.key("a")   # never heard anything
     assert m.stats["disconnects"] >= 1               # dead-peer timer fired
 
 

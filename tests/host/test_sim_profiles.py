@@ -165,7 +165,9 @@ def test_snake_ratio_and_held_convergence_in_truth(tmp_path):
     m = Mesh("a b c\n", seed=1)
     m.converge(timeout=30)
     assert m.snake_correct_ratio() == 1.0
-    m.router("a").desc_key = lambda: b"\x00" * 32     # one wrong entry of three
+    sn = m.router("a").snake                             # one wrong entry of three
+    sn.desc_valid = True
+    sn.desc_key[:] = b"\x00" * 32
     assert m.snake_correct_ratio() == pytest.approx(2 / 3.0)
     assert not m.snake_correct()
 

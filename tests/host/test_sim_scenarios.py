@@ -11,6 +11,7 @@ from host_tools.sim import scenario as S
 from host_tools.sim import telemetry as TM
 from host_tools.sim import runner
 from host_tools.sim.harness import Mesh
+from snake import report
 
 TOPO = "a b c d e\nb e f @ble\nc f g\ng h @remote\n"
 
@@ -98,24 +99,24 @@ def test_crash_and_restart_reach_routers():
     assert m.router("c") is None and not m.node("c").alive
     for nb in ("b", "d", "f"):          # neighbours got port_down at once
         r = m.router(nb)
-        assert all(r.peer_key(p) != m.key("c") for p in range(1, m.profile.max_peers + 1))
+        assert all(report.peer_key(r, p) != m.key("c") for p in range(1, m.profile.max_peers + 1))
     t = m.converge(40)
     assert t is not None and t > 0, m.problems()
-    assert all(m.router(n).root_key() != m.key("c") for n in m.nodes if n != "c")
+    assert all(report.root_key(m.router(n)) != m.key("c") for n in m.nodes if n != "c")
     old_key = m.key("c")
     S.apply(m, S.parse("0 restart c", m.nodes)[0])
     r = m.router("c")
     assert r is not None and r.key == old_key
-    assert r.root_key() == old_key                  # fresh state: it is its own root
+    assert report.root_key(r) == old_key                  # fresh state: it is its own root
     assert m.converge(40) is not None, m.problems()
-    assert m.port_of("c", "b") and m.router("b").peer_key(m.port_of("b", "c")) == old_key
+    assert m.port_of("c", "b") and report.peer_key(m.router("b"), m.port_of("b", "c")) == old_key
 
 
 def test_crash_detected_by_keepalive_only():
     m = _mesh(crash_detect_ms=None)
     m.kill("h")                              # leaf behind g
     m.run(2)
-    assert m.router("g").peer_key(m.port_of("g", "h")) == m.key("h")   # not noticed yet
+    assert report.peer_key(m.router("g"), m.port_of("g", "h")) == m.key("h")   # not noticed yet
     m.run(6)
     assert m.port_of("g", "h") == 0          # g's dead-peer timer asked to disconnect
     assert m.stats["disconnects"] >= 1
@@ -126,14 +127,14 @@ def test_link_down_up_reach_both_routers():
     m = _mesh()
     pa, pb = m.port_of("a", "b"), m.port_of("b", "a")
     S.apply(m, S.parse("0 link-down a b", m.nodes)[0])
-    assert m.router("a").peer_key(pa) is None and m.router("b").peer_key(pb) is None
+    assert report.peer_key(m.router("a"), pa) is None and report.peer_key(m.router("b"), pb) is None
     # a's only link is gone: it is alone and its own root
     assert m.converge(40) is not None
-    assert m.router("a").root_key() == m.key("a")
+    assert report.root_key(m.router("a")) == m.key("a")
     assert len(m.components()) == 2
     S.apply(m, S.parse("0 link-up a b", m.nodes)[0])
     m.run(0.1)
-    assert m.router("a").peer_key(m.port_of("a", "b")) == m.key("b")
+    assert report.peer_key(m.router("a"), m.port_of("a", "b")) == m.key("b")
     assert m.converge(40) is not None
     assert len(m.components()) == 1
 
@@ -147,7 +148,7 @@ def test_partition_and_heal():
     assert m.converge(60) is not None, m.problems()
     for c in comps:
         top = max(c, key=lambda n: n.key)
-        assert all(m.router(n.name).root_key() == top.key for n in c)
+        assert all(report.root_key(m.router(n.name)) == top.key for n in c)
     res = m.ping("a", "h", timeout=2)
     assert not res.ok
     S.apply(m, S.parse("0 heal", m.nodes)[0])
