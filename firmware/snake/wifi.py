@@ -203,6 +203,11 @@ class Wifi:
 
     # ---- static peers -----------------------------------------------------
     async def _static(self, host, port):
+        # one task per static peer for as long as the node runs, and the
+        # link is served inside it (stream.run): this frame is heap the node
+        # keeps per static peer, so few locals and a shallow stack (the dial
+        # and its failure log are _dial_static's, whose frame goes once it
+        # returns): 192 -> 128 B
         node = self.node
         fails = 0
         known = None     # the key this address answered with last time
@@ -211,22 +216,31 @@ class Wifi:
                 # already linked to that key (it dialled us): do not dial again
                 await _sleep_ms(STATIC_BACKOFF_MS[1])
                 continue
-            node.stat("dials")
-            i = fails if fails < len(STATIC_BACKOFF_MS) else len(STATIC_BACKOFF_MS) - 1
-            try:
-                link = await open_tcp(host, port, LINK_REMOTE, _DIAL_TIMEOUT_S)
-            except OSError as e:
-                node.stat("dial_fail")
-                node.log("dial %s:%d failed: %s; retry in %d s" % (host, port, _err(e),
-                                                                   STATIC_BACKOFF_MS[i] // 1000))
-                link = None
+            link = await _dial_static(node, host, port, fails)
             if link is not None:
-                up0 = node.stats["links_up"]
+                up = node.stats["links_up"]
                 link.want_key = True
                 await stream.run(node, link)
                 known = getattr(link, "peer_key", None) or known
-                if node.stats["links_up"] != up0:
+                if node.stats["links_up"] != up:
                     fails = 0
-                    i = 0
+            link = None
             fails += 1
-            await _sleep_ms(STATIC_BACKOFF_MS[i])
+            await _sleep_ms(STATIC_BACKOFF_MS[_backoff(fails - 1)])
+
+
+def _backoff(fails):
+    # index into STATIC_BACKOFF_MS after `fails` failed attempts in a row
+    return fails if fails < len(STATIC_BACKOFF_MS) else len(STATIC_BACKOFF_MS) - 1
+
+
+async def _dial_static(node, host, port, fails):
+    """A connected TcpLink to a static peer, or None (counted, logged)."""
+    node.stat("dials")
+    try:
+        return await open_tcp(host, port, LINK_REMOTE, _DIAL_TIMEOUT_S)
+    except OSError as e:
+        node.stat("dial_fail")
+        node.log("dial %s:%d failed: %s; retry in %d s" % (host, port, _err(e),
+                                                           STATIC_BACKOFF_MS[_backoff(fails)] // 1000))
+        return None
