@@ -93,6 +93,18 @@ def handshake_of(seed):
     return bytes(buf), s.public
 
 
+async def _link_peer(node, link, seed):
+    """Run stream.run for a peer with key seed on link until its port is up
+    and its queue empty (our first frames to it out): (task, port, peer key)."""
+    hs, peer = handshake_of(seed)
+    link.feed(hs)
+    task = asyncio.ensure_future(stream.run(node, link))
+    await _settle(lambda: report.peers(node.router) != [])
+    port = report.peers(node.router)[0]["port"]
+    await _settle(lambda: node.sq.count[port] == 0)
+    return task, port, peer
+
+
 def make_node(**kw):
     d = {"max_peers": 4, "wifi_queue": 3, "ble_queue": 2, "frame_max": 1024, "max_hops": 8,
          "max_routes": 8, "coord_cache": 4, "sig_cache": 8, "wakeup_filter": 4}
@@ -229,15 +241,10 @@ def test_link_up_backpressure_and_down():
         node = make_node()
         r = node.router
         link = MemLink(link_type=3)
-        hs, peer = handshake_of(bytes([0x66]) * 32)
-        link.feed(hs)
-        task = asyncio.ensure_future(stream.run(node, link))
-        await _settle(lambda: report.peers(r) != [])
-        port = report.peers(r)[0]["port"]
+        task, port, peer = await _link_peer(node, link, bytes([0x66]) * 32)
         assert report.peers(r)[0]["key"] == peer.hex() and report.peers(r)[0]["link"] == "remote"
         sq = node.sq
         assert sq.limit[port] == 3         # profile wifi_queue
-        await _settle(lambda: sq.count[port] == 0)
         link.gate.clear()                  # the peer stops reading
         # flood the port: the ring holds `limit` frames, the rest is refused
         # and counted by the core
@@ -371,13 +378,8 @@ def test_direct_send_then_queue_keeps_order():
         node = make_node()
         r = node.router
         link = DirectLink(10 ** 6)
-        hs, peer = handshake_of(bytes([0x6a]) * 32)
-        link.feed(hs)
-        task = asyncio.ensure_future(stream.run(node, link))
-        await _settle(lambda: report.peers(r) != [])
-        port = report.peers(r)[0]["port"]
+        task, port, peer = await _link_peer(node, link, bytes([0x6a]) * 32)
         sq = node.sq
-        await _settle(lambda: sq.count[port] == 0)
         free0 = node.txpool.free()
         frames = []
         buf = bytearray(1024)
@@ -436,14 +438,9 @@ def test_tx_owned_sends_at_once_or_queues_without_a_copy():
         node = make_node()
         r = node.router
         link = DirectLink(10 ** 6)
-        hs, peer = handshake_of(bytes([0x6b]) * 32)
-        link.feed(hs)
-        task = asyncio.ensure_future(stream.run(node, link))
-        await _settle(lambda: report.peers(r) != [])
-        port = report.peers(r)[0]["port"]
+        task, port, peer = await _link_peer(node, link, bytes([0x6b]) * 32)
         sq = node.sq
         pool = node.txpool
-        await _settle(lambda: sq.count[port] == 0)
         free0 = pool.free()
         link.wire = bytearray()
         r.announce_to(port)              # taken whole: the buffer is back
@@ -603,13 +600,8 @@ def test_one_large_buffer_reader_takes_it_back_from_a_queued_announcement():
         assert node.rxpool.size == 2 and node.rxpool.bufs[1] is node.txpool.bufs[1]
         link = MemLink()
         peer = Signer(bytes([0x6f]) * 32)     # a key above ours: the root
-        hs, _ = handshake_of(bytes([0x6f]) * 32)
-        link.feed(hs)
-        task = asyncio.ensure_future(stream.run(node, link))
-        await _settle(lambda: report.peers(r) != [])
-        port = report.peers(r)[0]["port"]
+        task, port, _ = await _link_peer(node, link, bytes([0x6f]) * 32)
         sq = node.sq
-        await _settle(lambda: sq.count[port] == 0)
         link.gate.clear()                    # from now on the peer takes nothing
         r.announce_to(port)                  # queued in the large buffer
         assert sq.count[port] == 1 and sq.lens[port * sq.depth + sq.head[port]] > 128
