@@ -157,3 +157,18 @@ def allocated_by(fn, repeat=50):
     finally:
         gc.enable()
     return m1 - m0
+
+
+def counter_names_follow(module, prefix, names):
+    """A module counts into a list by const() indices named prefix + NAME
+    (const: only CPython keeps them as module names); names[i] must name
+    counter i. Checks every such constant under CPython and returns how
+    many it checked (0 under MicroPython)."""
+    found = 0
+    for name in dir(module):
+        if name.startswith(prefix):
+            assert names[getattr(module, name)] == name[len(prefix):].lower(), name
+            found += 1
+    assert found in (0, len(names))
+    return found
+

@@ -7,6 +7,7 @@ import asyncio
 from snake import ble
 from snake.ble_cold import STAT_NAMES
 from snake.profile import Profile
+from fwtest import counter_names_follow
 
 
 def _stat(m, name):
@@ -17,12 +18,7 @@ def _stat(m, name):
 def test_stat_indices_follow_the_names():
     # ble.py counts by its _S_* indices (const: only CPython keeps them as
     # names), ble_cold.STAT_NAMES names them in that order
-    found = 0
-    for name in dir(ble):
-        if name.startswith("_S_"):
-            assert STAT_NAMES[getattr(ble, name)] == name[3:].lower(), name
-            found += 1
-    assert found in (0, len(STAT_NAMES))
+    counter_names_follow(ble, "_S_", STAT_NAMES)
 
 KEY_LO = bytes([0x10] * 32)
 KEY_HI = bytes([0x20] * 32)

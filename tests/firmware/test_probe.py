@@ -6,6 +6,7 @@ import asyncio
 from snake import probe, wire
 from snake.probe import Prober, PING, PONG, TRACE, TRACE_HOP, TRACE_END
 from snake.report import PROBE_STATS
+from fwtest import counter_names_follow
 
 
 def _stat(p, name):
@@ -16,12 +17,7 @@ def _stat(p, name):
 def test_probe_stat_indices_follow_the_names():
     # probe.py counts by its _P_* indices (const: only CPython keeps them as
     # names); report.PROBE_STATS names them in that order
-    found = 0
-    for name in dir(probe):
-        if name.startswith("_P_"):
-            assert PROBE_STATS[getattr(probe, name)] == name[3:].lower(), name
-            found += 1
-    assert found in (0, len(PROBE_STATS))
+    counter_names_follow(probe, "_P_", PROBE_STATS)
 
 K_SELF = b"\x50" * 32
 K1 = b"\x11" * 32
