@@ -251,6 +251,15 @@ def rx_bootstrap(n, port, origin_i, seq, root_i=9, root_seq=1, t=10, **kw):
     n.rx(port, bootstrap(K[origin_i], seq, K[root_i], root_seq, **kw), t)
 
 
+def relayed_watermark(n, port):
+    """(watermark key, sequence) of the one bootstrap the node sent to port."""
+    out = n.frames(B_, port)
+    assert len(out) == 1
+    fr = out[0][1]
+    f = decode(fr)
+    return bytes(fr[f.wm_off:f.wm_off + 32]), f.wm_seq
+
+
 def test_bootstrap_dead_end_installs_route_and_descending_entry():
     n = setup()
     n.r.port_up(2, pub(2), 1, 2)
@@ -266,10 +275,7 @@ def test_bootstrap_forwarded_installs_route_with_next_hop_and_rewrites_watermark
     n = setup()
     n.r.port_up(2, pub(0), 1, 2)
     rx_bootstrap(n, 2, 5, 1000, wm_key=pub(9))
-    out = n.frames(B_, 1)
-    assert len(out) == 1
-    f = decode(out[0][1])
-    assert bytes(out[0][1][f.wm_off:f.wm_off + 32]) == pub(7) and f.wm_seq == 0
+    assert relayed_watermark(n, 1) == (pub(7), 0)
     s = n.r.snake
     slot = s.routes.find(pub(5))
     assert s.r_src[slot] == 2 and s.r_dst[slot] == 1
@@ -288,10 +294,7 @@ def test_full_table_evicting_the_next_hop_route_keeps_the_watermark_it_chose():
     n.r.port_up(3, pub(8), 1, 3)
     add_route(n, 6, 3, 500, now=5)
     rx_bootstrap(n, 2, 5, 1000, wm_key=pub(9))
-    out = n.frames(B_, 3)
-    assert len(out) == 1
-    f = decode(out[0][1])
-    assert bytes(out[0][1][f.wm_off:f.wm_off + 32]) == pub(6) and f.wm_seq == 500
+    assert relayed_watermark(n, 3) == (pub(6), 500)
     s = n.r.snake
     assert s.routes.find(pub(5)) >= 0 and s.routes.find(pub(6)) < 0   # evicted for it
 
