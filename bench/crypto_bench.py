@@ -50,12 +50,12 @@ def _time_ms(fn, rounds):
 
 def measure(rounds, backends):
     """Median ms for each backend name in `backends` on this interpreter."""
-    from snake import crypto
+    from snake import crypto, crypto_backends
     results = []
     seed = bytes(range(32))
     msg = b"\x01\x00\x00\x00\x00\x00\x00\x3b" + bytes(32)  # handshake-sized
     for name in backends:
-        crypto.use_backend(name)
+        crypto_backends.use_backend(name)
         n = rounds if name == "python" else rounds * 10
         t0 = _ticks_us()
         signer = crypto.Signer(seed)
@@ -127,12 +127,12 @@ def run(rounds=21, micropython=None):
         full = os.path.join(root, p)
         if full not in sys.path:
             sys.path.insert(0, full)
-    from snake import crypto
+    from snake import crypto, crypto_backends
     before = crypto.BACKEND
-    rows = measure(rounds, crypto.available_backends())
+    rows = measure(rounds, crypto_backends.available_backends())
     if rows[-1]["backend"] == "python":
         rows[-1].update(measure_python_extras(rounds))
-    crypto.use_backend(before)
+    crypto_backends.use_backend(before)
     mp = micropython or os.path.join(root, ".venv", "bin", "micropython")
     for heap in (None, "110K"):
         if not os.path.exists(mp):

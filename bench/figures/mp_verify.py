@@ -21,6 +21,7 @@ sys.path.insert(0, ROOT + "/firmware")
 
 import calib                      # noqa: E402
 from snake import crypto          # noqa: E402
+from snake import crypto_backends  # noqa: E402
 
 # the calibration's microsecond clock (MicroPython ticks or perf_counter)
 _us = calib._us
@@ -30,7 +31,7 @@ _diff = calib._diff
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 15
     if sys.implementation.name == "micropython":
-        crypto.use_backend("python")
+        crypto_backends.use_backend("python")
     s = crypto.Signer(bytes(range(32)))
     # a bootstrap-sized signed message (varu64 seq | root key | varu64 seq)
     msg = b"\x86\xba\xf0\xa5\xc6\x53" + bytes(range(32)) + b"\x01"

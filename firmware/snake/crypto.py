@@ -5,17 +5,13 @@
 #   public_key(seed32)       -> bytes(32)
 #   verify(pub, msg, sig)    -> bool, never raises on malformed input
 #   SigCache(capacity)       .verify(pub, msg, sig): cached on success
-#   use_backend(name)        switch backend (tests, benchmarks)
-#   available_backends()     names usable on this interpreter, fastest first
 #
-# Backends, fastest first:
-#   native        a C module `snakemesh_ed25519` frozen into a custom firmware
-#                 image: public_key(seed), sign(seed, msg), verify(pub, msg, sig)
-#   nacl          PyNaCl (libsodium), CPython (snake/crypto_host.py)
-#   cryptography  pyca/cryptography (OpenSSL), CPython (snake/crypto_host.py)
-#   python        lib/ed25519.py (pure Python, runs on MicroPython)
-# The environment variable SNAKEMESH_CRYPTO_BACKEND (where os.getenv exists)
-# picks a backend at import, e.g. to run the simulator on the python backend.
+# Choosing and switching the backend is snake/crypto_backends.py's (cold
+# code: loaded at this module's import and dropped again on MicroPython):
+# crypto_backends.available_backends(), crypto_backends.use_backend(name)
+# (tests, benchmarks); the environment variable SNAKEMESH_CRYPTO_BACKEND
+# (where os.getenv exists) picks one at import, e.g. to run the simulator
+# on the python backend.
 #
 # All backends sign identically (ed25519 is deterministic). Verification
 # rules: nacl and python reject the same inputs (libsodium's rules: S >= L,
@@ -26,89 +22,23 @@ import hashlib
 
 from snake import platform
 
-_NAMES = ("native", "nacl", "cryptography", "python")
-
 
 def _ok_bytes(b, n):
     return isinstance(b, (bytes, bytearray, memoryview)) and len(b) == n
 
 
-# ---------------------------------------------------------------- backends
-# Each backend is (make_signer, verify): make_signer(seed) -> (public, sign).
-
-def _load(name):
-    if name == "python":
-        ed = platform.try_import("ed25519")
-        if getattr(ed, "IMPLEMENTATION", None) != "snakemesh-ed25519":
-            return None  # missing, or another package named ed25519 shadows lib/
-
-        def make(seed):
-            key = ed.SigningKey(bytes(seed))
-            return key.public, key.sign
-        return make, ed.verify
-    if name == "native":
-        mod = platform.try_import("snakemesh_ed25519")
-        if mod is None:
-            return None
-
-        def make_native(seed):
-            seed = bytes(seed)
-            return bytes(mod.public_key(seed)), lambda msg: bytes(mod.sign(seed, msg))
-        return make_native, lambda pub, msg, sig: bool(mod.verify(pub, msg, sig))
-    if platform.MICROPYTHON or name not in _NAMES:
-        return None
-    # PyNaCl, pyca/cryptography: CPython only, in snake/crypto_host.py (not
-    # loaded on MicroPython, so a board's heap holds none of that code)
-    from snake import crypto_host
-    return crypto_host.load(name)
-
-
-_loaded = {}
-
-
-def _get(name):
-    if name not in _loaded:
-        _loaded[name] = _load(name)
-    return _loaded[name]
-
-
-def available_backends():
-    """Backend names that load on this interpreter, fastest first."""
-    return [n for n in _NAMES if _get(n) is not None]
-
-
+# the backend in use (crypto_backends.use_backend sets them)
 BACKEND = None
-_make = None
-_verify = None
+_make = None       # seed -> (public, sign)
+_verify = None     # (pub, msg, sig) -> bool
+_ed = None         # lib/ed25519.py, once the python backend was loaded
 
 
-def use_backend(name):
-    """Switch every later Signer/verify/SigCache to backend `name`.
-    Raises ValueError when it is unknown or not available here."""
-    global BACKEND, _make, _verify
-    impl = _get(name)
-    if impl is None:
-        raise ValueError("crypto backend not available: %s" % name)
-    BACKEND = name
-    _make, _verify = impl
-    return name
-
-
-# the backend at import: SNAKEMESH_CRYPTO_BACKEND, else the fastest
-# (module-level code: as .mpy its bytecode is freed once the import ran)
-try:
-    import os
-    _want = os.getenv("SNAKEMESH_CRYPTO_BACKEND")
-except Exception:
-    _want = None
-if not _want:
-    for _want in _NAMES:
-        if _get(_want) is not None:
-            break
-    else:
-        raise ImportError("no ed25519 backend (lib/ed25519.py missing from sys.path)")
-use_backend(_want)
-del _want
+def _py_make(seed):
+    # the python backend's signer (here, not in crypto_backends: the
+    # function's module stays in the heap with it)
+    key = _ed.SigningKey(bytes(seed))
+    return key.public, key.sign
 
 
 # ---------------------------------------------------------------- API
@@ -240,3 +170,12 @@ class SigCache:
             self._tags[i] = -1
             self._ref[i] = 0
             i += 1
+
+
+# the backend at import (module-level code: as .mpy its bytecode is freed
+# once the import ran; crypto_backends leaves sys.modules again)
+from snake import crypto_backends as _cb   # noqa: E402
+_cb.choose()
+del _cb
+if platform.MICROPYTHON:
+    platform.unload("snake.crypto_backends")

@@ -33,7 +33,7 @@ import hashlib
 
 from fwtest import Rng, vectors, unhex, node_key, node_seed, is_micropython
 from snake import wire, wire_host
-from snake import crypto
+from snake import crypto, crypto_backends
 from snake.profile import Profile
 from snake.router import Router
 from snake.report import DROP_NAMES
@@ -87,12 +87,12 @@ class FakeCrypto:
             return bytes(sig) == _fake_sig(pub, msg)
 
         self.prev = crypto.BACKEND
-        crypto._loaded["fuzz-fake"] = (make, verify)
-        crypto.use_backend("fuzz-fake")
+        crypto_backends._loaded["fuzz-fake"] = (make, verify)
+        crypto_backends.use_backend("fuzz-fake")
         return self
 
     def __exit__(self, *exc):
-        crypto.use_backend(self.prev)
+        crypto_backends.use_backend(self.prev)
         return False
 
 

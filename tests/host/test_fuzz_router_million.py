@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import test_fuzz_router as F
-from snake import crypto, wire
+from snake import crypto, crypto_backends, wire
 from snake import report
 
 MILLION = int(os.environ.get("SNAKEMESH_FUZZ_FRAMES", "1000000"))
@@ -45,11 +45,11 @@ class FastRng:
 def nacl():
     prev = crypto.BACKEND
     try:
-        crypto.use_backend("nacl")
+        crypto_backends.use_backend("nacl")
     except ValueError:
         pytest.fail("PyNaCl backend not available (pip install pynacl)")
     yield
-    crypto.use_backend(prev)
+    crypto_backends.use_backend(prev)
 
 
 def test_vector_frames_are_legitimate_for_the_node_under_test(nacl):

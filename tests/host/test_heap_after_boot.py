@@ -19,8 +19,8 @@ the BLE manager task, and console requests failed with an id-less
    micropython.qstr_info(1) right after boot (first scheduler pass after the
    boot line) and when asked (a trigger file). Its module list then holds
    no boot-only or console-command module (snake.boot, config, profile,
-   cmds, report, probing, ble_cold: loaded when needed and dropped, so their code is
-   not in the heap; crypto_host: CPython's backends, wire_host: the codec's
+   cmds, report, probing, ble_cold, crypto_backends: loaded when needed and
+   dropped, so their code is not in the heap; crypto_host: CPython's backends, wire_host: the codec's
    host half, never loaded there).
    Requests carry "#ID"s of letters, digits and "_.-" (the console checks
    them as bytes: iterating a str would intern each 1-character str).
@@ -195,7 +195,8 @@ def test_no_qstr_interned_after_boot_with_tcp_and_ble_to_one_peer(tmp_path):
                 assert mods, "no module list from node %s" % n
                 assert "snake.router" in mods[-1] and "snake.console" in mods[-1], mods[-1]
                 for cold in ("snake.boot", "snake.config", "snake.profile", "snake.cmds", "snake.probing",
-                             "snake.ble_cold", "snake.report", "snake.crypto_host", "snake.wire_host"):
+                             "snake.ble_cold", "snake.report", "snake.crypto_backends", "snake.crypto_host",
+                             "snake.wire_host"):
                     assert cold not in mods[-1], (n, cold, mods[-1])
                 err = open(str(tmp_path / (n + ".err"))).read()
                 assert "MemoryError" not in err, err[-2000:]
