@@ -280,3 +280,44 @@ def test_command_code_leaves_the_heap_after_each_request():
             out.clear()
         gc.collect()
         assert gc.mem_alloc() - a0 < 256, gc.mem_alloc() - a0
+
+
+def test_probe_task_replies_and_failures():
+    # a ping/trace the console runs answers through its reply=(console, rid)
+    # (snake/probing.py); a probe that raises is one error reply, MemoryError
+    # the out-of-memory reply
+    out = Out()
+    c = Console(node(), out=out)
+    pr = node().probes
+    dst = bytes(32)      # no route to it: nothing comes back, the probe times out
+
+    async def go(coro):
+        pr.sessions += 1      # what _spawn's reserve() took; the probe gives it back
+        await c._probe_task("ping", "p1", coro)
+
+    asyncio.run(go(pr.ping(dst, 1, interval_ms=1, timeout_ms=20, reserved=True, reply=(c, "p1"))))
+    o = out.objects()
+    assert len(o) == 1 and o[0]["re"] == "ping" and o[0]["id"] == "p1" and o[0]["ok"] is True, o
+    assert o[0]["sent"] in (0, 1) and o[0]["received"] == 0 and o[0]["dst"] == "00" * 32, o
+    out.clear()
+
+    async def go_trace():
+        pr.sessions += 1
+        await c._probe_task("trace", "t1", pr.trace(dst, 2, timeout_ms=20, reserved=True, reply=(c, "t1")))
+    asyncio.run(go_trace())
+    o = out.objects()
+    assert len(o) == 1 and o[0]["re"] == "trace" and o[0]["ok"] is False and o[0]["reached"] is False, o
+    assert pr.sessions == 0
+    out.clear()
+
+    async def boom():
+        raise ValueError("x")
+
+    async def oom():
+        raise MemoryError()
+
+    asyncio.run(c._probe_task("trace", "t2", boom()))
+    asyncio.run(c._probe_task("ping", "p2", oom()))
+    o = out.objects()
+    assert [(x["re"], x["id"], x["ok"]) for x in o] == [("trace", "t2", False), ("ping", "p2", False)], o
+    assert o[0]["error"] == "trace failed: ValueError" and o[1]["error"] == "out of memory", o
