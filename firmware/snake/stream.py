@@ -82,12 +82,16 @@ async def _exchange(node, link, mv):
     return None
 
 
-async def handshake(node, link, buf, mv):
-    """Exchange handshakes; the peer's public key (bytes) or None (counted)."""
+async def handshake(node, link, buf):
+    """Exchange handshakes (the peer's is read into buf, HANDSHAKE_LEN
+    bytes); the peer's public key (bytes) or None (counted)."""
     try:
-        err = await _wait_for(_exchange(node, link, mv), node.hs_timeout_ms / 1000)
+        err = await _wait_for(_exchange(node, link, memoryview(buf)), node.hs_timeout_ms / 1000)
     except asyncio.TimeoutError:
         err = "timeout"
+    except MemoryError:
+        node.oom()
+        err = "no_memory"
     if err is not None:
         if err == "send" and getattr(link, "outbound", False) and link.link_type != 4:
             # our first write on a TCP link we dialled failed: the connection
@@ -119,6 +123,28 @@ async def handshake(node, link, buf, mv):
     return pub
 
 
+def _receive(node, port, buf, n, j):
+    # one whole frame (in rxpool buffer j) to the router, and the buffer
+    # back to the pool in any case: a plain function, so run's frame (kept
+    # per link) needs no handler for it
+    pool = node.rxpool
+    try:
+        node.router.receive(port, buf, n, ticks_ms())
+        if j >= pool.nsmall:
+            # the large buffer back first: what the router owes
+            # for want of it goes out now (node.owed)
+            pool.give(j)
+            j = -1
+            node.owed()
+        node.after_receive()
+    except MemoryError:
+        # the frame is lost, the link and the node carry on
+        node.oom()
+    finally:
+        if j >= 0:
+            pool.give(j)
+
+
 async def run(node, link):
     """Serve one link until it closes. Returns the close reason (str)."""
     if node.rx_out >= node.rx_max:
@@ -127,7 +153,6 @@ async def run(node, link):
         return "busy"
     try:
         hb = bytearray(wire.HANDSHAKE_LEN)     # handshake, then frame headers
-        mv = memoryview(hb)
     except MemoryError:
         node.oom()
         node.hs_failed("no_memory", link)
@@ -139,7 +164,7 @@ async def run(node, link):
     reason = "eof"
     pool = node.rxpool
     try:
-        buf = await handshake(node, link, hb, mv)     # the peer's public key
+        buf = await handshake(node, link, hb)     # the peer's public key
         if buf is None:
             return "handshake"
         if getattr(link, "want_key", False):
@@ -147,10 +172,12 @@ async def run(node, link):
         # frame headers: a 10-byte buffer (one 16-byte heap block), read
         # into as it is (links take a bytearray or a memoryview; no view
         # kept per link); the handshake's 104 bytes and their view go back
-        # to the heap for as long as the link lives. Few locals: this coroutine's frame is kept per link (each
-        # local is a word of it), so the node's tables are read through node.
+        # to the heap for as long as the link lives. Few locals and
+        # handlers: this coroutine's frame is kept per link (each local is a
+        # word of it, each handler three; 128 B on a 32-bit port, was 144),
+        # so the node's tables are read through node, and handing a frame to
+        # the router is _receive's.
         hb = bytearray(_HL)
-        mv = None
         port = node.link_up(link, buf)
         if not port:
             return "refused"
@@ -172,18 +199,20 @@ async def run(node, link):
                 node.stat("framing")
                 reason = "framing"
                 break
-            lim = node.profile.frame_max
-            if hb[5] == 1 and node.profile.ann_max > lim:   # wire.T_ANNOUNCEMENT
-                lim = node.profile.ann_max        # announcements: depth-derived limit
-            j = pool.take(n) if n <= lim else -1
-            while j < 0 and n <= lim:
-                # a large frame may take back the large buffer from a frame
-                # queued to send (node.reclaim); else wait for one
-                if n <= pool.small_size or not node.reclaim():
-                    await pool.wait()
-                    if node.links[port] is not link:
-                        return "closed by router"
+            # longer than frame_max: oversize, but for an announcement
+            # (wire.T_ANNOUNCEMENT) within its depth-derived limit ann_max
+            if n > node.profile.frame_max and (hb[5] != 1 or n > node.profile.ann_max):
+                j = -1
+            else:
                 j = pool.take(n)
+                while j < 0:
+                    # a large frame may take back the large buffer from a frame
+                    # queued to send (node.reclaim); else wait for one
+                    if n <= pool.small_size or not node.reclaim():
+                        await pool.wait()
+                        if node.links[port] is not link:
+                            return "closed by router"
+                    j = pool.take(n)
             if j < 0:
                 node.router.counters.drops[D_OVERSIZE] += 1
                 if not await _skip(link, memoryview(hb), n - _HL):
@@ -201,21 +230,9 @@ async def run(node, link):
                     return "eof"
                 k += g
             node.rx_since[port] = 0
-            try:
-                node.router.receive(port, buf, n, ticks_ms())
-                if j >= pool.nsmall:
-                    # the large buffer back first: what the router owes
-                    # for want of it goes out now (node.owed)
-                    pool.give(j)
-                    j = -1
-                    node.owed()
-                node.after_receive()
-            except MemoryError:
-                # the frame is lost, the link and the node carry on
-                node.oom()
-            if j >= 0:
-                pool.give(j)
-                j = -1
+            g = j
+            j = -1          # _receive gives the buffer back, whatever happens
+            _receive(node, port, buf, n, g)
             if node.links[port] is not link:
                 reason = "closed by router"
                 break
