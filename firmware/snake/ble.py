@@ -532,16 +532,16 @@ class BleManager:
         elif event == _IRQ_GATTC_SERVICE_RESULT:
             conn, start, end, uuid = data
             s = self._slot_conn(conn)
-            if s is not None and uuid == self._uuid_svc:
+            if s is not None and uuid == self._uuids[0]:
                 s.svc_start = start
                 s.svc_end = end
         elif event == _IRQ_GATTC_CHARACTERISTIC_RESULT:
             conn, def_handle, value_handle, props, uuid = data
             s = self._slot_conn(conn)
             if s is not None:
-                if uuid == self._uuid_rx:
+                if uuid == self._uuids[1]:
                     s.rx_handle = value_handle
-                elif uuid == self._uuid_tx:
+                elif uuid == self._uuids[2]:
                     s.tx_handle = value_handle
         elif event == _IRQ_GATTC_SERVICE_DONE or event == _IRQ_GATTC_CHARACTERISTIC_DONE:
             conn, status = data
@@ -706,7 +706,7 @@ class BleManager:
                 if s.mtu_done or el > _MTU_WAIT_MS:
                     s.state = _SETUP_SVC
                     s.disc_done = False
-                    ble.gattc_discover_services(s.conn, self._uuid_svc)
+                    ble.gattc_discover_services(s.conn, self._uuids[0])
             elif st == _SETUP_SVC:
                 if s.disc_done:
                     if s.svc_end == 0:

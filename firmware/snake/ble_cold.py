@@ -37,7 +37,13 @@ def init(m, profile, public_key, on_link, ble, gap_name):
     m.key = bytes(public_key)
     m.on_link = on_link
     m.ble = ble
-    m.gap_name = gap_name or ("sm-%02x%02x%02x%02x" % (m.key[0], m.key[1], m.key[2], m.key[3]))
+    # the GAP name: kept only when given (else start makes "sm-" + the
+    # key's first 4 bytes in hex), the task start makes not at all, the
+    # UUIDs as one tuple: the manager's attributes fit a 29-slot table (a
+    # MicroPython instance's table takes 2, 4, 6, 8, 10, 12, 17, 23, 29, 37
+    # ... entries; with 32 it took 37: 64 B more)
+    if gap_name:
+        m.gap_name = gap_name
     m.nslots = profile.ble_links
     ring = getattr(profile, "ble_ring", 0) or profile.ble_queue * profile.frame_max
     if ring < 2 * MTU:
@@ -59,7 +65,6 @@ def init(m, profile, public_key, on_link, ble, gap_name):
     m.adv_free = -1
     m.scanning = False
     m.running = False
-    m._task = None
     # the one outstanding gap_connect (central role)
     m.p_active = False
     m.p_addr = bytearray(6)
@@ -84,7 +89,8 @@ def start(m):
     except (OSError, ValueError):
         pass
     try:
-        ble.config(gap_name=m.gap_name)
+        ble.config(gap_name=getattr(m, "gap_name", None)
+                   or ("sm-%02x%02x%02x%02x" % (m.key[0], m.key[1], m.key[2], m.key[3])))
     except (OSError, ValueError):
         pass
     ble.irq(m._irq)
@@ -92,9 +98,7 @@ def start(m):
         (bt.UUID(RX_UUID_STR), _FLAG_WRITE | _FLAG_WRITE_NO_RESPONSE),
         (bt.UUID(TX_UUID_STR), _FLAG_READ | _FLAG_NOTIFY),
     ))
-    m._uuid_svc = svc[0]
-    m._uuid_rx = svc[1][0][0]
-    m._uuid_tx = svc[1][1][0]
+    m._uuids = (svc[0], svc[1][0][0], svc[1][1][0])     # service, rx, tx
     ((m.rx_handle, m.tx_handle),) = ble.gatts_register_services((svc,))
     # a write carries up to MTU-3 bytes; default buffer is 20
     ble.gatts_set_buffer(m.rx_handle, MTU, False)
@@ -103,8 +107,8 @@ def start(m):
     except (OSError, ValueError, TypeError, IndexError):
         m.addr = bytes(6)
     m.running = True
-    m._task = asyncio.create_task(m._run())
-    return m._task
+    # the task is asyncio's to keep (not an attribute: the table above)
+    return asyncio.create_task(m._run())
 
 
 def stop(m):

@@ -133,9 +133,7 @@ def manager(key, fake, links=4, queue=4, addr=ADDR_LO):
     m = ble.BleManager(profile(links, queue), key, got.append, ble=fake)
     m.rx_handle = 12
     m.tx_handle = 14
-    m._uuid_svc = "svc"
-    m._uuid_rx = "rx"
-    m._uuid_tx = "tx"
+    m._uuids = ("svc", "rx", "tx")
     m.addr = addr
     m.running = True
     fake.mgr = m
