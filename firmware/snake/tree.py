@@ -142,23 +142,31 @@ class Tree:
         """Lowest port whose stored announcement names the key
         buf[off:off+32] (SNEK next hop, step 4), or 0."""
         pool = self.pool
-        ports = self.r.up
-        H = self.max_hops
-        path = self.ann_path
+        np = len(self.r.up)
         best = 0
         x = pool.first_key(buf, off)
         while x != NONE:
-            d = pool.depth[x]
-            p = 1
-            lim = best if best else len(ports)
-            while p < lim:
-                if ports[p] and self.ann_valid[p] and self.ann_nhops[p] > d \
-                        and path[p * H + d] == x:
-                    best = p
-                    break
-                p += 1
+            p = self._port_of(x, best if best else np)
+            if p:
+                best = p
             x = pool.next_key(x, buf, off)
         return best
+
+    def _port_of(self, x, lim):
+        """Lowest port below lim whose stored announcement holds pool node
+        x (at its depth), or 0."""
+        ports = self.r.up
+        valid = self.ann_valid
+        nhops = self.ann_nhops
+        path = self.ann_path
+        d = self.pool.depth[x]
+        H = self.max_hops
+        p = 1
+        while p < lim:
+            if ports[p] and valid[p] and nhops[p] > d and path[p * H + d] == x:
+                return p
+            p += 1
+        return 0
 
     def peer_key_between(self, dst, bbuf, boff):
         """Port of the peer whose stored announcement (its ancestors and
@@ -173,13 +181,7 @@ class Tree:
         pk = pool.keys
         order = pool.order
         n = pool.count
-        depth = pool.depth
-        ports = self.r.up
-        valid = self.ann_valid
-        nhops = self.ann_nhops
-        H = self.max_hops
-        path = self.ann_path
-        np = len(ports)
+        np = len(self.r.up)
         best = 0
         i = lower_bound(pk, order, n, dst, 0)
         while i < n:
@@ -195,15 +197,10 @@ class Tree:
                     continue            # not strictly above dst
                 if key_cmp(pk, ko, bbuf, boff) >= 0:
                     break               # not below the best key
-            d = depth[x]
-            p = 1
-            lim = best if best else np
-            while p < lim:
-                if ports[p] and valid[p] and nhops[p] > d and path[p * H + d] == x:
-                    best = p            # a lower port among equal keys
-                    self.between_off = ko
-                    break
-                p += 1
+            p = self._port_of(x, best if best else np)
+            if p:
+                best = p                # a lower port among equal keys
+                self.between_off = ko
             i += 1
         return best
 
