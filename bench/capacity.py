@@ -65,15 +65,8 @@ def snake_ratio(mesh):
     good = 0
     total = 0
     for comp in mesh.components():
-        order = sorted(comp, key=lambda n: n.key)
-        prev = None
-        for n in order:
-            total += 1
-            got = report.desc_key(n.router)
-            if (prev is None and got is None) or (prev is not None and got is not None
-                                                  and bytes(got) == prev.key):
-                good += 1
-            prev = n
+        total += len(comp)
+        good += PR.snake_correct_count(comp)
     return good / float(total) if total else None
 
 
