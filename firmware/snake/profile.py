@@ -33,7 +33,7 @@ DEFAULTS = {
     "wakeup_filter": 32,      # per-origin wakeup de-duplication entries
     "bootstrap_verify": "all",  # all | on-change | off
     "hop_limiting": True,     # relays decrement traffic hop limit
-    "traffic_hop_limit": 64,  # hop limit of traffic we originate (reference: 10)
+    "traffic_hop_limit": 255,  # hop limit of traffic we originate (reference: 10)
     "multicast": True,        # send/hear LAN beacons
     "listen_port": 0,         # TCP listener port (0 = any free port)
     "console": True,          # serial console on stdin/stdout

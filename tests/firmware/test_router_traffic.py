@@ -56,7 +56,7 @@ def test_first_traffic_goes_by_snek_with_our_coordinates_and_a_real_watermark():
     assert port == 1 and f.dcoords_len == 0 and f.has_wm
     assert wire_host.decode_coords(fr, f.scoords_off, f.scoords_len) == [3, 1]
     assert bytes(fr[f.wm_off:f.wm_off + 32]) == pub(9) and f.wm_seq == 0
-    assert f.hop_limit == n.r.profile.traffic_hop_limit == 64
+    assert f.hop_limit == n.r.profile.traffic_hop_limit == 255
 
 
 def test_tree_routing_dead_end_falls_back_to_snek():

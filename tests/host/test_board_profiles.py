@@ -59,6 +59,9 @@ def test_board_profile_loads_and_is_named_after_its_folder(name):
     # that take any frame (up to 54 + 99 bytes a hop; docs/CAPACITY.md),
     # whatever frame_max (every other frame's limit) says
     assert p.large == max(p.frame_max, 54 + 99 * p.max_hops), (p.max_hops, p.frame_max, p.large)
+    # a first message (SNEK) may climb to the root and come down again: the
+    # hop limit of traffic we originate covers twice the depth we store
+    assert p.traffic_hop_limit >= 2 * p.max_hops + 1, (p.traffic_hop_limit, p.max_hops)
 
 
 def test_every_list_of_board_profiles_is_complete():

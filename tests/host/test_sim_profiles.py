@@ -14,6 +14,7 @@ from host_tools.sim import runner
 from host_tools.sim import telemetry as TM
 from host_tools.sim import topology as T
 from host_tools.sim.harness import Mesh, MeshError, VerifyMemo, load_profile
+from snake import report
 
 STAR = "h a\nh b\nh c\nc d\n"
 
@@ -116,6 +117,25 @@ def test_probes_use_the_senders_traffic_hop_limit(tmp_path):
     r = m.ping("n13", "n00")
     assert not r.ok and r.reason == "reply lost", r
     assert m.ping("n00", "n04").ok
+
+
+def test_default_hop_limit_crosses_a_line_of_90_rooted_in_the_middle():
+    # A first message goes by SNEK, which can climb to the root and come down
+    # again: up to ~2 x the tree's depth. Ninety boards in a line with the
+    # root in the middle (depth 45, within UNIX's max_hops 64) are 89 hops
+    # end to end, past the 64 the profiles originated traffic with until
+    # 2026-11-26 (rgg:1000 with depth-64 tables lost 15 % of pings to it).
+    names = ["n%02d" % i for i in range(90)]
+    keys = Mesh(" ".join(names) + "\n", seed=1)
+    top = max(names, key=lambda x: keys.node(x).key)
+    names.remove(top)
+    names.insert(45, top)
+    m = Mesh(" ".join(names) + "\n", seed=1)
+    assert m.converge(timeout=120) is not None, m.problems()
+    assert max(len(report.coords(m.node(x).router)) for x in names) == 45
+    r = m.ping(names[0], names[-1])
+    assert r.ok and r.hops == 89, r
+    assert m.ping(names[-1], names[0]).ok
 
 
 def test_explicit_hop_limit_applies_to_every_sender():
