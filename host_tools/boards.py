@@ -24,16 +24,23 @@ from host_tools.errors import InputError, UsageError
 
 
 class Board(object):
-    __slots__ = ("name", "chip", "flash_offset", "mpy_arch", "image_chip_id", "label", "image")
+    __slots__ = ("name", "chip", "flash_offset", "mpy_arch", "image_chip_id", "label", "image",
+                 "variant")
 
-    def __init__(self, name, chip, flash_offset, mpy_arch, image_chip_id, label, image=None):
+    def __init__(self, name, chip, flash_offset, mpy_arch, image_chip_id, label, image=None,
+                 variant=None):
         self.name = name
         self.image = image or name        # MicroPython board of the firmware image
+        self.variant = variant            # its variant (BOARD_VARIANT), e.g. SPIRAM, or None
         self.chip = chip                  # esptool --chip
         self.flash_offset = flash_offset  # where the MicroPython .bin goes
         self.mpy_arch = mpy_arch          # mpy-cross -march
         self.image_chip_id = image_chip_id  # chip id in the ESP image header
         self.label = label
+
+    def image_name(self):
+        """The firmware image's name on micropython.org: BOARD or BOARD-VARIANT."""
+        return self.image + ("-" + self.variant if self.variant else "")
 
     def offset_hex(self):
         return "0x%x" % self.flash_offset
@@ -46,6 +53,11 @@ BOARDS = {
     # a plain ESP32 with the tables of a ~250-board mesh (docs/CAPACITY.md)
     "ESP32_LARGE_MESH": Board("ESP32_LARGE_MESH", "esp32", 0x1000, "xtensawin", 0, "ESP32",
                               image="ESP32_GENERIC"),
+    # an ESP32 with PSRAM (WROVER): MicroPython's ESP32_GENERIC image, SPIRAM
+    # variant (ESP32_GENERIC-SPIRAM on micropython.org), the tables of a
+    # ~1,000-board mesh (docs/CAPACITY.md)
+    "ESP32_SPIRAM": Board("ESP32_SPIRAM", "esp32", 0x1000, "xtensawin", 0, "ESP32 with PSRAM",
+                          image="ESP32_GENERIC", variant="SPIRAM"),
 }
 
 # Heap a snakemesh node needs on each board, bytes: the most any node used
@@ -64,6 +76,9 @@ HEAP_NEED = {
     "ESP32_GENERIC_S3": {"mpy": 141000, "frozen": 66000},
     # Wi-Fi only by default, tables of a ~250-board mesh
     "ESP32_GENERIC_C3": {"mpy": 132000, "frozen": 65000},
+    # PSRAM (megabytes of heap): tables of a ~1,000-board mesh (1024 routes,
+    # depth 64), .mpy only (no custom image needed)
+    "ESP32_SPIRAM": {"mpy": 212000},
 }
 # the same profile as ESP32_GENERIC since 2026-11-25, kept by name
 HEAP_NEED["ESP32_LARGE_MESH"] = HEAP_NEED["ESP32_GENERIC"]

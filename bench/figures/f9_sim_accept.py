@@ -4,7 +4,9 @@ virtual-time simulator: the acceptance runs of issue 14.
 Runs bench/sim_accept.py once per case, each in its own process (`--case
 NAME --json`; seed 1): every node ESP32_GENERIC as shipped on rgg:250 and
 grid:16x16; ba:500:2 and rgg:1000 with GATEWAY on every node that has more
-links than ESP32_GENERIC's max_peers; rgg:1000 without gateways (overload).
+links than ESP32_GENERIC's max_peers; rgg:1000 without gateways (overload);
+the two rgg:1000 cases again with ESP32_SPIRAM boards (an ESP32 with PSRAM
+and the tables of a ~1,000-board mesh) in place of ESP32_GENERIC.
 (The rows that ran rgg:250 and grid:16x16 again with ESP32_LARGE_MESH went
 on 2026-11-25: ESP32_GENERIC has the same tables since, docs/CAPACITY.md.)
 One row per target: snake_correct_ratio_final, snake converged (every
@@ -30,7 +32,9 @@ TITLE = "Large ESP32 meshes with gateway hubs (virtual-time sim, issue 14)"
 # (row name, sim_accept case, base profile or None for the case's own)
 CASE_ORDER = (("rgg250", "rgg250", None), ("grid16x16", "grid16x16", None), ("ba500", "ba500", None),
               ("rgg1000-gateways", "rgg1000-gateways", None),
-              ("rgg1000-overload", "rgg1000-overload", None))
+              ("rgg1000-overload", "rgg1000-overload", None),
+              ("rgg1000-gateways, ESP32_SPIRAM", "rgg1000-gateways", "ESP32_SPIRAM"),
+              ("rgg1000-overload, ESP32_SPIRAM", "rgg1000-overload", "ESP32_SPIRAM"))
 
 
 def _analyze(out_dir, tmp):

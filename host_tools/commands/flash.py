@@ -46,7 +46,8 @@ def check_image(path, board):
         raise InputError("firmware %s is empty" % path)
     if head[0] != ESP_IMAGE_MAGIC:
         raise InputError("firmware %s is not an ESP firmware image (first byte 0x%02x, expected 0x%02x); "
-                         "download the .bin for %s from micropython.org" % (path, head[0], ESP_IMAGE_MAGIC, board.image))
+                         "download the .bin for %s from micropython.org" % (path, head[0], ESP_IMAGE_MAGIC,
+                                                                              board.image_name()))
     if len(head) >= 14:
         chip_id = head[12] | (head[13] << 8)
         if chip_id != board.image_chip_id:

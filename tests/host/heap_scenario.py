@@ -73,10 +73,11 @@ def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None):
         assert all(v == want for v in peers.values()), peers
         occ0 = _req(m, names[0], "stats")["occupancy"]
         res.cap = dict((t, occ0[t][1]) for t in TABLES)
+        fakes = res.cap["peers"] - real_links
         filler = Filler(None, [(m.nodes[n].listen[1], m.hexkey(n)) for n in names],
-                        fakes_per_node=res.cap["peers"] - real_links,
+                        fakes_per_node=fakes,
                         synth_per_node=max(SYNTH_PER_NODE, res.cap["routes"] + 16),
-                        traffic_keys=TRAFFIC_KEYS)
+                        traffic_keys=max(TRAFFIC_KEYS, res.cap["coords"] // max(1, fakes) + 1))
         filler.start()
         try:
             res.samples = dict((n, []) for n in names)

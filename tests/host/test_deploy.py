@@ -443,3 +443,22 @@ def test_deploy_warns_when_little_heap_would_be_left(src, board, node, capfd, mo
     monkeypatch.setenv("FAKE_MPREMOTE_HEAP", "%d,%d" % (3 * need, 4000))
     assert deploy_cli(node.port, src, "--force") == 0
     assert "warning" not in capfd.readouterr().out
+
+
+def test_deploy_refuses_the_psram_profile_on_a_board_without_psram(src, board, node, capfd, monkeypatch):
+    need = boards.HEAP_NEED["ESP32_SPIRAM"]["mpy"]
+    monkeypatch.setenv("FAKE_MPREMOTE_HEAP", "%d,%d" % (110 * 1024, 4000))   # no PSRAM (or the plain image)
+    rc = deploy_cli(node.port, src, "--board", "ESP32_SPIRAM")
+    err = capfd.readouterr().err
+    assert rc == 3
+    assert err.strip().splitlines() == [
+        "snakemesh: error: the firmware does not fit ESP32_SPIRAM's heap: it needs ~%d KB as .mpy, the board "
+        "has 110 KB free; ESP32_SPIRAM needs the ESP32_GENERIC-SPIRAM image of MicroPython (and a board with "
+        "PSRAM), or another --board (--no-heap-check deploys anyway)" % ((need + 512) // 1024)]
+    calls = board.calls()
+    assert board.heap_checks == 1 and calls == [] and board.files() == {}
+    # a WROVER's SPIRAM image: ~4 MB of heap, no warning
+    monkeypatch.setenv("FAKE_MPREMOTE_HEAP", "%d,%d" % (4000000, 4000))
+    assert deploy_cli(node.port, src, "--board", "ESP32_SPIRAM") == 0
+    assert "heap free (< 35 %)" not in capfd.readouterr().out
+    assert MANIFEST in board.files()

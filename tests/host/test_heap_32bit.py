@@ -115,7 +115,8 @@ NEED_RUNS = (("ESP32_GENERIC", "frozen", "256K", "frozen"),
              ("ESP32_GENERIC_S3", "frozen", "256K", "frozen"),
              ("ESP32_GENERIC_S3", "stock", "400K", "mpy"),
              ("ESP32_GENERIC_C3", "frozen", "256K", "frozen"),
-             ("ESP32_GENERIC_C3", "stock", "400K", "mpy"))
+             ("ESP32_GENERIC_C3", "stock", "400K", "mpy"),
+             ("ESP32_SPIRAM", "stock", "1M", "mpy"))
 
 
 def test_deploy_heap_figures_are_current(tmp_path):

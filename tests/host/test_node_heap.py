@@ -84,8 +84,10 @@ class Filler(object):
         self.error = None
         self.sent = {"bootstrap": 0, "wakeup": 0, "traffic": 0}
         self.connected = 0
-        self.synth = [[Signer(bytes([0x80 + i, j]) + bytes(30)) for j in range(synth_per_node)]
-                      for i in range(len(targets))]
+        # (the third seed byte is 0 below 256 keys, so smaller profiles
+        # see the keys they always saw)
+        self.synth = [[Signer(bytes([0x80 + i, j & 0xFF, j >> 8]) + bytes(29))
+                       for j in range(synth_per_node)] for i in range(len(targets))]
         self.thread = threading.Thread(target=self._main, daemon=True)
 
     def start(self):
