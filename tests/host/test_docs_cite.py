@@ -9,7 +9,8 @@ import re
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SKIP_DIRS = {".git", ".venv", "node_modules", "__pycache__", "build", "demo-out", "snakemesh.egg-info"}
+SKIP_DIRS = {".git", ".venv", "node_modules", "__pycache__", "build", "demo-out", "soak-out",
+             "snakemesh.egg-info"}
 REPO_DIRS = ("firmware", "host_tools", "docs", "tests", "bench", "boards", "lib", ".ci")
 # cited on purpose although a clone does not have them: outputs and examples
 NOT_FILES = {
@@ -22,7 +23,10 @@ PATH = re.compile(r"(?<![\w/.~:-])((?:%s)/[\w./*-]*)" % "|".join(re.escape(d) fo
 
 def walk(exts):
     for d, dirs, files in os.walk(ROOT):
-        dirs[:] = [x for x in dirs if x not in SKIP_DIRS and not x.startswith("build-")]
+        # hidden folders are tools' caches (.pytest_cache has a README.md
+        # once pytest ran), except .ci
+        dirs[:] = [x for x in dirs if x not in SKIP_DIRS and not x.startswith("build-")
+                   and (x == ".ci" or not x.startswith("."))]
         for f in files:
             if f.endswith(exts):
                 yield os.path.relpath(os.path.join(d, f), ROOT)
