@@ -276,7 +276,8 @@ def check_heap(mp, board, log=print):
         raise DeviceError(
             "the firmware does not fit %s's heap: it needs ~%d KB as .mpy, the board has %d KB free; "
             "%s needs the %s image of MicroPython (and a board with PSRAM), or another --board "
-            "(--no-heap-check deploys anyway)" % (board.name, kb(mpy), kb(free), board.name, board.image_name()))
+            "(--no-heap-check deploys anyway)"
+            % (board.name, kb(mpy), kb(free), board.name, board.image_name()))
     if free < mpy:
         frozen = need.get("frozen")
         raise DeviceError(
