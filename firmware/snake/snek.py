@@ -19,6 +19,7 @@ BOOTSTRAP_SOON_MS = 500          # earliest "bootstrap soon" after the last one
 # policy: router.py, BOOTSTRAP_RAMP_MS and BOOTSTRAP_EVERY_MS.
 MAINTAIN_INTERVAL_MS = 1000
 ROUTE_EXPIRY_MS = 10000
+ROUTE_USE_MS = 9000              # from this age on a route is not taken as a new watermark key
 DESC_EXPIRY_MS = 10000
 
 FULL_KEY = b"\xff" * 32
@@ -411,9 +412,22 @@ class Snake:
                 if w > 0:
                     break                   # beyond the watermark, as all after it
                 pos += 1
-                if src[s] == 0 or ticks_diff(now, last[s]) >= ROUTE_EXPIRY_MS:
+                if src[s] == 0:
                     continue
-                if w == 0 and self._seq_lt(s, wm_seq):
+                age = ticks_diff(now, last[s])
+                if age >= ROUTE_EXPIRY_MS:
+                    continue
+                if w == 0:
+                    if self._seq_lt(s, wm_seq):
+                        continue
+                elif age >= ROUTE_USE_MS:
+                    # a new watermark key needs an entry with life left:
+                    # the relays towards that key hold older entries
+                    # (installed earlier by its bootstrap) and a frame
+                    # sent along a route about to expire meets an
+                    # expired one a few hops on and is dropped there
+                    # (loop / watermark); the frame's own watermark key
+                    # (w == 0) keeps its full ROUTE_EXPIRY_MS
                     continue
                 if c == 0:
                     if bootstrap:

@@ -185,6 +185,21 @@ def test_step6_skips_expired_entries():
     assert nh(n, 2, now=10000)[0] == 0
 
 
+def test_step6_an_entry_near_its_expiry_is_no_new_watermark_but_keeps_the_frames():
+    # snakemesh choice H (docs/PROTOCOL_NOTES.md): from 9 s on a route may
+    # not become a frame's new watermark key (the relays towards its key hold
+    # older entries and would drop the frame as they expire), but a frame
+    # whose watermark already is that key still follows it until 10 s
+    n = setup()
+    n.r.port_up(2, pub(0), 1, 2)
+    add_route(n, 3, 2, 100, now=0)
+    assert nh(n, 2, now=8999)[:2] == (2, pub(3))
+    port, key, seq = nh(n, 2, now=9000)
+    assert key != pub(3) and port != 2
+    assert nh(n, 2, wm=pub(3), wm_seq=100, now=9999)[:2] == (2, pub(3))
+    assert nh(n, 2, wm=pub(3), wm_seq=100, now=10000)[0] != 2
+
+
 def test_step6_skips_entries_from_the_local_port():
     n = setup()
     add_route(n, 3, 0, 100)
