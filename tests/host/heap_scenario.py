@@ -35,6 +35,7 @@ MIN_FREE = 0.35
 # goes on, sampling, until every node had its peers and routes full at a
 # sample, for at most this much longer (then it fails as before).
 FILL_GRACE_S = 120
+LINKS_WAIT_S = 60
 
 
 class Result(object):
@@ -75,8 +76,17 @@ def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None):
         names = list(m.names)
         res.names = names
         m.wait_converged(timeout=120, request_timeout=30)
-        peers = dict((n, sorted(p["link"] for p in _req(m, n, "peers")["peers"])) for n in names)
+        # the mesh can agree (converge) over two of the triangle's links
+        # while the third is still being dialled again (a static peer that
+        # refused the first attempt at start-up backs off): wait for every
+        # link before filling the tables
         want = ["ble", "ble", "remote", "remote"] if ble else ["remote", "remote"]
+        until = time.monotonic() + LINKS_WAIT_S
+        while True:
+            peers = dict((n, sorted(p["link"] for p in _req(m, n, "peers")["peers"])) for n in names)
+            if all(v == want for v in peers.values()) or time.monotonic() > until:
+                break
+            time.sleep(1)
         assert all(v == want for v in peers.values()), peers
         occ0 = _req(m, names[0], "stats")["occupancy"]
         res.cap = dict((t, occ0[t][1]) for t in TABLES)
