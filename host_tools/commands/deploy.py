@@ -272,19 +272,18 @@ def check_heap(mp, board, log=print):
     if mpy is None:
         return free
     kb = lambda n: (n + 512) // 1024  # noqa: E731
-    if free < mpy and board.variant:
-        raise DeviceError(
-            "the firmware does not fit %s's heap: it needs ~%d KB as .mpy, the board has %d KB free; "
-            "%s needs the %s image of MicroPython (and a board with PSRAM), or another --board "
-            "(--no-heap-check deploys anyway)"
-            % (board.name, kb(mpy), kb(free), board.name, board.image_name()))
     if free < mpy:
-        frozen = need.get("frozen")
-        raise DeviceError(
-            "the firmware does not fit %s's heap: it needs ~%d KB as .mpy on stock MicroPython, the board "
-            "has %d KB free; build a custom image with it frozen in (make firmware-image BOARD=%s%s) or use "
-            "a board with PSRAM (--no-heap-check deploys anyway)"
-            % (board.name, kb(mpy), kb(free), board.image, ", ~%d KB" % kb(frozen) if frozen else ""))
+        if board.variant:   # a profile for an image variant (PSRAM): no custom image to build
+            how = ".mpy"
+            todo = ("%s needs the %s image of MicroPython (and a board with PSRAM), or another --board"
+                    % (board.name, board.image_name()))
+        else:
+            frozen = need.get("frozen")
+            how = ".mpy on stock MicroPython"
+            todo = ("build a custom image with it frozen in (make firmware-image BOARD=%s%s) or use a "
+                    "board with PSRAM" % (board.image, ", ~%d KB" % kb(frozen) if frozen else ""))
+        raise DeviceError("the firmware does not fit %s's heap: it needs ~%d KB as %s, the board has %d KB "
+                          "free; %s (--no-heap-check deploys anyway)" % (board.name, kb(mpy), how, kb(free), todo))
     total = free + used
     left = 100.0 * (free - mpy) / total if total else 0.0
     if left < 35.0:
