@@ -10,7 +10,8 @@ import sys
 
 from snake import platform, crypto
 from snake.platform import const
-from snake.node import Node, _unload, _sleep_ms
+from snake.node import Node, _unload
+from snake.stream import sleep_ms
 
 
 def _log_line(msg):
@@ -215,7 +216,7 @@ async def join_ap(node, cfg):
         if platform.ticks_diff(platform.ticks_ms(), t0) > _WLAN_TIMEOUT_MS:
             node.log("wifi: no connection to %s yet (continuing)" % cfg.ssid)
             return False
-        await _sleep_ms(200)
+        await sleep_ms(200)
     try:
         node.log("wifi: connected, address %s" % sta.ifconfig()[0])
     except (OSError, AttributeError, IndexError):

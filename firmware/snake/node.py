@@ -75,10 +75,6 @@ RX_HOLD_MS = 5000        # a link holding a receive buffer this long is closed (
 _FLUSH_MS = const(10)            # the flusher looks again this soon while a link is full
 
 
-def _sleep_ms(ms):
-    return asyncio.sleep(ms / 1000)
-
-
 class BufPool:
     """Preallocated frame buffers in two sizes, handed out by index (bufs[i],
     mvs[i] its memoryview); taking and giving allocate nothing. With
@@ -596,7 +592,7 @@ class Node:
                 self._slow(now)
             except MemoryError:
                 self.oom()
-            await _sleep_ms(_TICK_MS)
+            await stream.sleep_ms(_TICK_MS)
 
     def _slow(self, now):
         # a link that holds a receive buffer too long (a frame trickling in)
@@ -630,7 +626,7 @@ class Node:
                         blocked = True
                 p += 1
             if blocked:
-                await _sleep_ms(_FLUSH_MS)
+                await stream.sleep_ms(_FLUSH_MS)
             else:
                 sq.ev.clear()
                 await sq.ev.wait()
@@ -696,7 +692,7 @@ async def _run(args):
     await console.run()
     # stdin closed: keep routing (a board without a host, a detached node)
     while True:
-        await _sleep_ms(3600000)
+        await stream.sleep_ms(3600000)
 
 
 def _unload(name):

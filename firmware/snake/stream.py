@@ -41,6 +41,14 @@ from snake.telemetry import D_OVERSIZE, D_MALFORMED
 
 _wait_for = asyncio.wait_for     # asyncio.funcs: the handshake deadline
 _Event = asyncio.Event           # asyncio.event: send queues, BLE flags
+# The one sleep helper of the I/O layer (node, Wi-Fi, boot): MicroPython's
+# asyncio.sleep_ms takes the integer, no float made every tick; CPython's
+# asyncio has only sleep(seconds).
+try:
+    sleep_ms = asyncio.sleep_ms
+except AttributeError:
+    def sleep_ms(ms):
+        return asyncio.sleep(ms / 1000)
 
 _MAGIC0, _MAGIC1, _MAGIC2, _MAGIC3 = 0x70, 0x69, 0x6E, 0x65   # "pine"
 _HL = const(10)           # wire.HEADER_LEN

@@ -53,10 +53,6 @@ _SEEN_MAX = const(16)            # remembered beacon senders
 STATIC_BACKOFF_MS = (1000, 2000, 4000, 8000, 16000)
 
 
-def _sleep_ms(ms):
-    return asyncio.sleep(ms / 1000)
-
-
 def _err(e):
     try:
         import errno
@@ -133,7 +129,7 @@ class Wifi:
                 except MemoryError:
                     self.node.oom()
                     break
-            await _sleep_ms(_POLL_MS)
+            await stream.sleep_ms(_POLL_MS)
 
     def on_beacon(self, data, addr):
         node = self.node
@@ -214,7 +210,7 @@ class Wifi:
         while True:
             if known is not None and node.has_link(known, LINK_REMOTE):
                 # already linked to that key (it dialled us): do not dial again
-                await _sleep_ms(STATIC_BACKOFF_MS[1])
+                await stream.sleep_ms(STATIC_BACKOFF_MS[1])
                 continue
             link = await _dial_static(node, host, port, fails)
             if link is not None:
@@ -226,7 +222,7 @@ class Wifi:
                     fails = 0
             link = None
             fails += 1
-            await _sleep_ms(STATIC_BACKOFF_MS[_backoff(fails - 1)])
+            await stream.sleep_ms(STATIC_BACKOFF_MS[_backoff(fails - 1)])
 
 
 def _backoff(fails):
