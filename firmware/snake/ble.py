@@ -48,6 +48,7 @@ import binascii
 
 from snake.platform import const, copy_into, ticks_ms, ticks_diff, ticks_add
 from snake import platform
+from snake.stream import sleep_ms
 
 
 _IRQ_CENTRAL_CONNECT = const(1)
@@ -401,7 +402,7 @@ class BleLink:
                         self.m.stats[_S_SEND_STALL] += 1
                         self.close()
                         raise OSError(_ETIMEDOUT)
-                    await asyncio.sleep(0.005)
+                    await sleep_ms(5)
                     continue
                 stalled = False
                 off += c
@@ -617,7 +618,7 @@ class BleManager:
                 self.stats[_S_OOM] += 1
                 import gc
                 gc.collect()
-            await asyncio.sleep(_TICK_MS / 1000)
+            await sleep_ms(_TICK_MS)
 
     def _used(self):
         n = 1 if self.p_active else 0

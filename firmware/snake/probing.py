@@ -5,10 +5,10 @@
 # sys.modules at once on MicroPython: the command's coroutine keeps the
 # code while it runs, and the heap is rid of it when it ends. Replying to
 # others' probes (probe.py: Prober.on_deliver/on_expired/flush) stays hot.
-import asyncio
 import binascii
 
 from snake import platform
+from snake.stream import sleep_ms
 from snake.platform import const, ticks_ms
 from snake.probe import ProbeBusy, PING, PONG, TRACE, TRACE_HOP, TRACE_END, PENDING, PAYLOAD_LEN
 
@@ -87,7 +87,7 @@ async def ping(pr, dst, count, interval_ms, timeout_ms, reserved, reply=None):
                 else:
                     keep.append((i, t0))
             inflight = keep
-            await asyncio.sleep(0.01)
+            await sleep_ms(10)
     finally:
         for i, t0 in inflight:
             pr._free(i)
@@ -112,7 +112,7 @@ async def trace(pr, dst, max_ttl, timeout_ms, reserved, reply=None):
                 raise ProbeBusy("busy: no probe slot free")
             t0 = ticks_ms()
             while not pr.s_got[i] and platform.ticks_diff(ticks_ms(), t0) < timeout_ms:
-                await asyncio.sleep(0.01)
+                await sleep_ms(10)
             got = pr.s_got[i]
             if got == TRACE_HOP or got == TRACE_END:
                 hops.append({"key": _hex(pr.s_from[32 * i:32 * i + 32]),
