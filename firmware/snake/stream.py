@@ -41,9 +41,9 @@ from snake.telemetry import D_OVERSIZE, D_MALFORMED
 
 _wait_for = asyncio.wait_for     # asyncio.funcs: the handshake deadline
 _Event = asyncio.Event           # asyncio.event: send queues, BLE flags
-# The one sleep helper of the I/O layer (node, Wi-Fi, boot): MicroPython's
-# asyncio.sleep_ms takes the integer, no float made every tick; CPython's
-# asyncio has only sleep(seconds).
+# The one sleep helper of the I/O layer (node, Wi-Fi, BLE, boot, probing):
+# MicroPython's asyncio.sleep_ms takes the integer, no float made every
+# tick; CPython's asyncio has only sleep(seconds).
 try:
     sleep_ms = asyncio.sleep_ms
 except AttributeError:
