@@ -4,6 +4,7 @@
 import json
 
 from snake.wire import ann_max
+from snake.datagram import HDR as DGRAM_HDR, MAX_FRAGS, FRAG_DEFAULT, traffic_overhead
 
 # Defaults = a host profile (simulator, CPython): deep trees allowed. Each key is documented in
 # boards/README.md; unknown keys in a profile file are an error so that a
@@ -37,6 +38,13 @@ DEFAULTS = {
     "multicast": True,        # send/hear LAN beacons
     "listen_port": 0,         # TCP listener port (0 = any free port)
     "console": True,          # serial console on stdin/stdout
+    # application datagrams (snake/datagram.py, docs/reference/DATAGRAMS.md)
+    "dgram_max": 4096,        # largest datagram sent or reassembled, bytes
+    "dgram_reasm": 4,         # reassemblies in flight (each holds a dgram_max buffer)
+    "dgram_pending": 8,       # sends in flight (awaiting an ack or fragments owed)
+    "dgram_acks": 8,          # acks owed, waiting for flush
+    "dgram_dedup": 32,        # delivered datagrams remembered (a retry is not delivered twice)
+    "dgram_frag": 0,          # fragment payload bytes (0: 880, less if frame_max holds less)
 }
 
 VERIFY_POLICIES = ("all", "on-change", "off")
@@ -90,6 +98,27 @@ class Profile:
             raise ProfileError("profile traffic_hop_limit must be within 2..255")
         if self.frame_max > 65535 or self.frame_max < 256:
             raise ProfileError("profile frame_max must be within 256..65535")
+        for k in ("dgram_pending", "dgram_acks", "dgram_dedup"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or not 1 <= v <= 255:
+                raise ProfileError("profile %s must be within 1..255" % k)
+        if not isinstance(self.dgram_reasm, int) or not 0 <= self.dgram_reasm <= 255:
+            raise ProfileError("profile dgram_reasm must be within 0..255")
+        fr = self.dgram_frag
+        if not isinstance(fr, int) or fr < 0:
+            raise ProfileError("profile dgram_frag must be a non-negative integer")
+        if fr == 0:
+            fr = self.frame_max - DGRAM_HDR - traffic_overhead(self.max_hops)
+            if fr > FRAG_DEFAULT:
+                fr = FRAG_DEFAULT
+        if fr < 64 or fr + DGRAM_HDR + traffic_overhead(self.max_hops) > self.frame_max:
+            raise ProfileError("profile dgram_frag must be at least 64 and fit a frame of frame_max"
+                               " with both coordinates at max_hops (at most %d)"
+                               % (self.frame_max - DGRAM_HDR - traffic_overhead(self.max_hops)))
+        if (not isinstance(self.dgram_max, int) or not 1 <= self.dgram_max <= 65535
+                or self.dgram_max > MAX_FRAGS * fr):
+            raise ProfileError("profile dgram_max must be within 1..65535 and at most %d fragments"
+                               " (%d bytes)" % (MAX_FRAGS, MAX_FRAGS * fr))
         if self.bootstrap_verify not in VERIFY_POLICIES:
             raise ProfileError("profile bootstrap_verify must be one of all, on-change, off")
         # A tree announcement's size follows from its depth, not frame_max:

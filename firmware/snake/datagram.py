@@ -1,0 +1,808 @@
+# Application datagrams: the sans-I/O layer above the router.
+#
+# Service numbers (like UDP ports), end-to-end acks with retries on a
+# measured round trip, duplicate suppression, fragmentation with selective
+# resend. The header is laid out byte by byte in docs/reference/DATAGRAMS.md
+# (a program on the reference Pinecone router writes the same bytes with
+# WriteTo/ReadFrom); tests/data/datagram_vectors.json pins it.
+#
+# Same shape as the router: no clock, no I/O, no asyncio. In: send(),
+# receive(src, payload, now), tick(now), flush(now). Out, through callables
+# the driver sets:
+#   tx(dst_key, buf, n, now) -> 0 or a failure code (NO_ROUTE, BUSY,
+#       TOO_BIG, NO_MEMORY): hand buf[:n] to the router as a traffic
+#       payload for dst_key (via_router(router) builds one).
+#   on_datagram(src_key, dst_service, src_service, data): a whole datagram
+#       arrived; `data` is a memoryview valid only during the call.
+#   on_state(handle, state, reason): a send changed state (S_SENT,
+#       S_DELIVERED, S_FAILED with a reason; also during send()).
+#
+# Memory: every table is preallocated from the board profile (dgram_*
+# keys): reassembly buffers (dgram_reasm x dgram_max), sends in flight
+# (dgram_pending; a send keeps a reference to the caller's data, no copy),
+# acks owed (dgram_acks), delivered datagrams remembered (dgram_dedup), one
+# round-trip estimate per recent destination. What allocates: one
+# memoryview per datagram sent (the sender's data), one per datagram
+# delivered (the view handed to on_datagram), and via_router's slice of the
+# transmit buffer per frame (Router.send takes a payload object).
+from array import array
+from snake.platform import const, copy_into, key_cmp, ticks_diff
+
+MAGIC0 = 0x53         # "S"
+MAGIC1 = 0x44         # "D": a datagram; ping/trace payloads start "SM" (probe.py)
+VERSION = 1
+T_DATA = 1
+T_ACK = 2
+HDR = 17              # DATA header bytes before the fragment
+ACK_HDR = 12          # ACK header bytes before the bitmap
+MAX_FRAGS = 64        # fragments per datagram (ack bitmap: 8 bytes)
+
+# DATA flags (byte 3)
+F_ACK_REQ = 0x01      # the sender wants an end-to-end ack
+F_ACK_NOW = 0x02      # answer with the bitmap now (last fragment of a burst)
+# ACK flags (byte 3)
+F_REFUSED_BUSY = 0x04     # no reassembly slot free: try again later
+F_REFUSED_TOO_BIG = 0x08  # larger than the receiver's dgram_max
+
+# send states (on_state, last_state) and failure reasons
+S_PENDING = 1
+S_SENT = 2
+S_DELIVERED = 3
+S_FAILED = 4
+STATE_NAMES = (None, "pending", "sent", "delivered", "failed")
+OK = 0
+NO_ROUTE = 1
+TIMEOUT = 2
+TOO_BIG = 3
+NO_MEMORY = 4
+BUSY = 5
+REASON_NAMES = (None, "no_route", "timeout", "too_big", "no_memory", "busy")
+
+# Retry timing: RTO = SRTT + 4 x RTTVAR (RFC 6298 gains 1/8 and 1/4, in
+# integer ms), bounded; doubled on each retry up to RTO_MAX. MAX_TRIES
+# bursts in all: an ack'd send ends within about 1 + 2 + 4 + 5 + 5 s when
+# nothing answers (RTO_INIT, no sample yet).
+RTO_INIT_MS = 1000
+RTO_MIN_MS = 150
+RTO_MAX_MS = 5000
+MAX_TRIES = 5
+# A reassembly idle this long is given up (longer than the gap between two
+# of the sender's bursts: RTO_MAX_MS).
+REASM_IDLE_MS = 10000
+# A delivered datagram is remembered this long, longer than a sender keeps
+# retrying (MAX_TRIES bursts of at most RTO_MAX_MS): a retry is never
+# delivered twice. Older entries do not count, so a sender that restarts
+# with the same id is not silenced for long.
+DEDUP_MS = 60000
+
+# Datagrams.stats: counters by index, named by report.DGRAM_STATS
+_G_SENT = const(0)             # datagrams handed to the mesh whole (every fragment once)
+_G_DELIVERED = const(1)        # ack'd sends that ended delivered
+_G_FAILED_NO_ROUTE = const(2)
+_G_FAILED_TIMEOUT = const(3)
+_G_FAILED_TOO_BIG = const(4)
+_G_FAILED_NO_MEMORY = const(5)
+_G_FAILED_BUSY = const(6)
+_G_RETRIES = const(7)          # resend rounds (after a timeout or a partial ack)
+_G_FRAGMENTS_SENT = const(8)   # fragment frames of fragmented datagrams (resends too)
+_G_FRAGMENTS_RECEIVED = const(9)
+_G_RECEIVED = const(10)        # datagrams delivered to an application here
+_G_DUPLICATES = const(11)      # datagrams (or their fragments) suppressed as already delivered
+_G_REASM_REFUSED = const(12)   # reassemblies refused: every slot busy
+_G_REASM_TOO_BIG = const(13)   # reassemblies refused: larger than dgram_max
+_G_REASM_EXPIRED = const(14)   # reassemblies given up incomplete
+_G_MALFORMED = const(15)       # datagram payloads that do not parse (dropped)
+_G_ACKS_SENT = const(16)
+_G_ACKS_RECEIVED = const(17)
+_G_ACKS_UNMATCHED = const(18)  # acks for no send in flight (late, or a duplicate)
+_G_ACKS_DROPPED = const(19)    # acks not sent: the ring of owed acks was full or tx refused
+N_STATS = const(20)
+
+
+# Fragment payload bytes by default: a fragment frame must cross every
+# relay, and the ESP32 boards accept frames up to frame_max 1152: 880 data
+# bytes + HDR + the worst traffic overhead at depth 64 (240) fit it.
+FRAG_DEFAULT = 880
+
+
+def frag_size(profile):
+    """Fragment payload bytes of this profile: dgram_frag, or (0)
+    FRAG_DEFAULT or less when this profile's own frames carry less (a
+    datagram header, both coordinates at max_hops and a watermark)."""
+    f = getattr(profile, "dgram_frag", 0)
+    if f:
+        return f
+    f = profile.frame_max - HDR - traffic_overhead(profile.max_hops)
+    return f if f < FRAG_DEFAULT else FRAG_DEFAULT
+
+
+def traffic_overhead(max_hops):
+    """Bytes of a traffic frame around its payload, worst case at this depth:
+    header and payload length 12, keys 64, and either both coordinates (tree)
+    or source coordinates and a watermark of 42 (SNEK); a coordinate body is
+    2 + one byte per port plus one for every fourth (router.cc_max)."""
+    cc = 2 + max_hops + (max_hops >> 2)
+    tree = cc + cc
+    snek = 2 + cc + 42
+    return 12 + 64 + (tree if tree > snek else snek)
+
+
+class Datagrams:
+    def __init__(self, profile, key, first_id=1):
+        self.key = bytes(key)
+        self.max_size = profile.dgram_max
+        self.frag = frag_size(profile)
+        P = profile.dgram_pending
+        R = profile.dgram_reasm
+        A = profile.dgram_acks
+        D = profile.dgram_dedup
+        self.stats = [0] * N_STATS
+        self.tx = None
+        self.on_datagram = None
+        self.on_state = None
+        self.next_id = first_id & 0xFFFF
+        self.last_state = 0           # state of the datagram send() just returned
+        self.last_reason = 0
+        # one buffer for every frame we build (fragments and acks)
+        self.txbuf = bytearray(HDR + self.frag)
+        # sends in flight
+        self.s_used = bytearray(P)
+        self.s_dst = [None] * P       # destination key (bytes)
+        self.s_id = array("H", [0] * P)
+        self.s_dsvc = array("H", [0] * P)
+        self.s_ssvc = array("H", [0] * P)
+        self.s_data = [None] * P      # memoryview of the caller's data
+        self.s_len = array("H", [0] * P)
+        self.s_count = bytearray(P)
+        self.s_stride = array("H", [0] * P)
+        self.s_ack = bytearray(P)
+        self.s_owed = bytearray(8 * P)    # fragments still to hand to tx (bitmap)
+        self.s_acked = bytearray(8 * P)   # fragments the receiver holds (bitmap)
+        self.s_tries = bytearray(P)
+        self.s_err = bytearray(P)         # last local failure of this send (NO_ROUTE, BUSY)
+        self.s_deadline = array("i", [0] * P)
+        self.s_sample = array("i", [0] * P)  # when the first burst's ACK_NOW left
+        self.s_sampling = bytearray(P)
+        # round-trip estimates per destination (same count as sends in flight)
+        self.r_used = bytearray(P)
+        self.r_key = bytearray(32 * P)
+        self.r_srtt = array("i", [0] * P)
+        self.r_var = array("i", [0] * P)
+        self.r_time = array("i", [0] * P)
+        # reassemblies in flight
+        self.m_used = bytearray(R)
+        self.m_key = bytearray(32 * R)
+        self.m_id = array("H", [0] * R)
+        self.m_count = bytearray(R)
+        self.m_stride = array("H", [0] * R)
+        self.m_total = array("H", [0] * R)
+        self.m_flags = bytearray(R)
+        self.m_have = bytearray(8 * R)
+        self.m_got = bytearray(R)         # fragments held
+        self.m_time = array("i", [0] * R)
+        self.m_buf = [bytearray(self.max_size) for _ in range(R)]
+        # acks owed (sent by flush, never from inside the router's callbacks)
+        self.a_n = 0
+        self.a_head = 0
+        self.a_dst = [None] * A       # destination key (the source's bytes object)
+        self.a_frame = bytearray((ACK_HDR + 8) * A)
+        self.a_len = bytearray(A)
+        # delivered datagrams remembered: (source key, id, time), a ring
+        self.d_used = bytearray(D)
+        self.d_key = bytearray(32 * D)
+        self.d_id = array("H", [0] * D)
+        self.d_time = array("i", [0] * D)
+        self.d_next = 0
+        self._pumping = False
+
+    # ---- sending ----------------------------------------------------------
+    def send(self, dst, service, data, now, ack=False, src_service=0):
+        """Send `data` to key `dst` for `service`. Returns the handle (the
+        datagram id); its state at return is self.last_state (S_PENDING:
+        on_state reports the end; S_SENT or S_FAILED with
+        self.last_reason: already final, on_state has been called too).
+        `data` must stay unchanged until the send is final (a reference is
+        kept, not a copy). A bad service number is a ValueError."""
+        if not (0 <= service <= 0xFFFF and 0 <= src_service <= 0xFFFF):
+            raise ValueError("service numbers are 0..65535")
+        h = self.next_id
+        self.next_id = (h + 1) & 0xFFFF
+        n = len(data)
+        fr = self.frag
+        count = 1 if n <= fr else (n + fr - 1) // fr
+        if n > self.max_size or n > 0xFFFF or count > MAX_FRAGS:
+            return self._final_now(h, S_FAILED, TOO_BIG)
+        i = 0
+        P = len(self.s_used)
+        while i < P and self.s_used[i]:
+            i += 1
+        if i == P:
+            return self._final_now(h, S_FAILED, BUSY)
+        try:
+            mv = memoryview(data)
+        except MemoryError:
+            return self._final_now(h, S_FAILED, NO_MEMORY)
+        self.s_used[i] = 1
+        self.s_dst[i] = dst if isinstance(dst, bytes) else bytes(dst)
+        self.s_id[i] = h
+        self.s_dsvc[i] = service
+        self.s_ssvc[i] = src_service
+        self.s_data[i] = mv
+        self.s_len[i] = n
+        self.s_count[i] = count
+        self.s_stride[i] = n if count == 1 else (n + count - 1) // count
+        self.s_ack[i] = 1 if ack else 0
+        _bits_fill(self.s_owed, 8 * i, count)
+        _bits_fill(self.s_acked, 8 * i, 0)
+        self.s_tries[i] = 1
+        self.s_err[i] = 0
+        self.s_sampling[i] = 1 if ack else 0
+        self.s_deadline[i] = now + self._rto(i, now)
+        self.last_state = S_PENDING
+        self.last_reason = 0
+        self._pump(i, now)
+        if self.s_used[i] and self.s_id[i] == h:
+            self.last_state = S_PENDING
+            self.last_reason = 0
+        return h
+
+    def _final_now(self, h, state, reason):
+        self._count_final(state, reason)
+        self.last_state = state
+        self.last_reason = reason
+        if self.on_state is not None:
+            self.on_state(h, state, reason)
+        return h
+
+    def _count_final(self, state, reason):
+        if state == S_DELIVERED:
+            self.stats[_G_DELIVERED] += 1
+        elif state == S_FAILED:
+            # _G_FAILED_* follow the reasons' order (NO_ROUTE .. BUSY)
+            self.stats[_G_FAILED_NO_ROUTE + reason - NO_ROUTE] += 1
+
+    def _finish(self, i, state, reason):
+        h = self.s_id[i]
+        self.s_used[i] = 0
+        self.s_data[i] = None
+        self.s_dst[i] = None
+        self._final_now(h, state, reason)
+
+    def state_of(self, h):
+        """S_PENDING while send h is in flight, else 0 (it ended: on_state
+        said how)."""
+        i = self._slot_of_id(h)
+        return S_PENDING if i >= 0 else 0
+
+    def pending(self):
+        """Sends in flight."""
+        c = 0
+        for u in self.s_used:
+            c += u
+        return c
+
+    def _slot_of_id(self, h):
+        i = 0
+        while i < len(self.s_used):
+            if self.s_used[i] and self.s_id[i] == h:
+                return i
+            i += 1
+        return -1
+
+    def _pump(self, i, now):
+        """Hand send i's owed fragments to tx, lowest first, until done or
+        tx refuses (a full queue: the rest goes at a later tick)."""
+        if self._pumping:
+            return
+        self._pumping = True
+        try:
+            self._pump1(i, now)
+        finally:
+            self._pumping = False
+
+    def _pump1(self, i, now):
+        owed = self.s_owed
+        ob = 8 * i
+        count = self.s_count[i]
+        last = _bits_last(owed, ob, count)
+        h = self.s_id[i]
+        while last >= 0:
+            k = _bits_first(owed, ob, count)
+            n = self._build_data(i, k, k == last)
+            r = self.tx(self.s_dst[i], self.txbuf, n, now)
+            if not self.s_used[i] or self.s_id[i] != h:
+                return      # ended during tx (a local delivery acked it)
+            if r != OK:
+                if r == TOO_BIG or r == NO_MEMORY or (r == NO_ROUTE and not self.s_ack[i]):
+                    self._finish(i, S_FAILED, r)
+                    return
+                self.s_err[i] = r
+                return
+            _bit_clear(owed, ob, k)
+            if count > 1:
+                self.stats[_G_FRAGMENTS_SENT] += 1
+            if k == last:
+                if self.s_sampling[i] and self.s_tries[i] == 1:
+                    self.s_sample[i] = now
+                if self.s_tries[i] == 1:
+                    self.stats[_G_SENT] += 1
+                if not self.s_ack[i]:
+                    self._finish(i, S_SENT, 0)
+                    return
+                self.s_err[i] = 0
+                return
+
+    def _build_data(self, i, k, ack_now):
+        b = self.txbuf
+        stride = self.s_stride[i]
+        total = self.s_len[i]
+        count = self.s_count[i]
+        off = k * stride
+        ln = stride if k < count - 1 else total - off
+        fl = 0
+        if self.s_ack[i]:
+            fl = F_ACK_REQ
+            if ack_now:
+                fl |= F_ACK_NOW
+        _put_head(b, T_DATA, fl, self.s_dsvc[i], self.s_ssvc[i], self.s_id[i])
+        b[11] = count
+        b[12] = k
+        b[13] = stride >> 8
+        b[14] = stride & 0xFF
+        b[15] = total >> 8
+        b[16] = total & 0xFF
+        copy_into(b, HDR, self.s_data[i], off, ln)
+        return HDR + ln
+
+    # ---- round-trip estimates ---------------------------------------------
+    def _rslot(self, i):
+        d = self.s_dst[i]
+        j = 0
+        while j < len(self.r_used):
+            if self.r_used[j] and key_cmp(self.r_key, 32 * j, d, 0) == 0:
+                return j
+            j += 1
+        return -1
+
+    def _rto(self, i, now):
+        """Retransmission timeout for send i's destination, before backoff."""
+        j = self._rslot(i)
+        if j < 0:
+            return RTO_INIT_MS
+        v = self.r_srtt[j] + 4 * self.r_var[j]
+        if v < RTO_MIN_MS:
+            return RTO_MIN_MS
+        if v > RTO_MAX_MS:
+            return RTO_MAX_MS
+        return v
+
+    def _rtt_sample(self, i, rtt, now):
+        j = self._rslot(i)
+        if j < 0:
+            # a new destination takes a free slot or the least recently sampled
+            j = 0
+            k = 0
+            while k < len(self.r_used):
+                if not self.r_used[k]:
+                    j = k
+                    break
+                if ticks_diff(self.r_time[j], self.r_time[k]) > 0:
+                    j = k
+                k += 1
+            self.r_used[j] = 1
+            copy_into(self.r_key, 32 * j, self.s_dst[i], 0, 32)
+            self.r_srtt[j] = rtt
+            self.r_var[j] = rtt >> 1
+        else:
+            d = self.r_srtt[j] - rtt
+            if d < 0:
+                d = -d
+            self.r_var[j] += (d - self.r_var[j]) >> 2
+            self.r_srtt[j] += (rtt - self.r_srtt[j]) >> 3
+        self.r_time[j] = now
+
+    def rtt_of(self, key):
+        """(srtt_ms, rttvar_ms) measured to `key`, or None."""
+        j = 0
+        while j < len(self.r_used):
+            if self.r_used[j] and key_cmp(self.r_key, 32 * j, key, 0) == 0:
+                return (self.r_srtt[j], self.r_var[j])
+            j += 1
+        return None
+
+    # ---- timers -----------------------------------------------------------
+    def tick(self, now):
+        """Retries, timeouts, blocked fragments, stale reassemblies; then the
+        owed acks (flush)."""
+        i = 0
+        while i < len(self.s_used):
+            if self.s_used[i]:
+                self._tick_send(i, now)
+            i += 1
+        i = 0
+        while i < len(self.m_used):
+            if self.m_used[i] and ticks_diff(now, self.m_time[i]) >= REASM_IDLE_MS:
+                self.m_used[i] = 0
+                self.stats[_G_REASM_EXPIRED] += 1
+            i += 1
+        self.flush(now)
+
+    def _tick_send(self, i, now):
+        ob = 8 * i
+        count = self.s_count[i]
+        if ticks_diff(now, self.s_deadline[i]) < 0:
+            if _bits_first(self.s_owed, ob, count) >= 0:
+                self._pump(i, now)
+            return
+        if not self.s_ack[i]:
+            # a send without ack that tx kept refusing for a whole RTO
+            self._finish(i, S_FAILED, self.s_err[i] or BUSY)
+            return
+        t = self.s_tries[i]
+        if t >= MAX_TRIES:
+            self._finish(i, S_FAILED, self.s_err[i] or TIMEOUT)
+            return
+        # resend what the receiver has not confirmed (all of it when it has
+        # said nothing); the last one asks for the bitmap again
+        self._retry(i, now)
+
+    def _retry(self, i, now):
+        ob = 8 * i
+        count = self.s_count[i]
+        t = self.s_tries[i] + 1
+        self.s_tries[i] = t
+        self.stats[_G_RETRIES] += 1
+        k = 0
+        while k < count:
+            if not _bit(self.s_acked, ob, k):
+                _bit_set(self.s_owed, ob, k)
+            k += 1
+        rto = self._rto(i, now) << (t - 1)
+        if rto > RTO_MAX_MS:
+            rto = RTO_MAX_MS
+        self.s_deadline[i] = now + rto
+        self._pump(i, now)
+
+    # ---- receiving --------------------------------------------------------
+    def receive(self, src, payload, now):
+        """A traffic payload delivered to us from key `src`. False when it is
+        no datagram (another layer's: ping/trace, or an application's raw
+        payload); True when it was one (also when it was malformed:
+        counted, dropped)."""
+        n = len(payload)
+        if n < 2 or payload[0] != MAGIC0 or payload[1] != MAGIC1:
+            return False
+        st = self.stats
+        if n < ACK_HDR or payload[2] != VERSION:
+            st[_G_MALFORMED] += 1
+            return True
+        t = payload[3]
+        if t == T_DATA:
+            self._data(src, payload, n, now)
+        elif t == T_ACK:
+            self._ack(src, payload, n, now)
+        else:
+            st[_G_MALFORMED] += 1
+        return True
+
+    def _data(self, src, p, n, now):
+        st = self.stats
+        if n < HDR:
+            st[_G_MALFORMED] += 1
+            return
+        fl = p[4]
+        hid = _u16(p, 9)
+        count = p[11]
+        k = p[12]
+        stride = _u16(p, 13)
+        total = _u16(p, 15)
+        ln = n - HDR
+        if count < 1 or count > MAX_FRAGS or k >= count:
+            st[_G_MALFORMED] += 1
+            return
+        if count == 1:
+            ok = stride == total and ln == total
+        else:
+            # every fragment but the last is `stride` long; the last holds the rest
+            last_len = total - (count - 1) * stride
+            ok = 1 <= last_len <= stride and ln == (stride if k < count - 1 else last_len)
+        if not ok:
+            st[_G_MALFORMED] += 1
+            return
+        want_ack = fl & F_ACK_REQ
+        if want_ack and self._seen(src, hid, now):
+            st[_G_DUPLICATES] += 1
+            if fl & F_ACK_NOW or count == 1:
+                self._owe_ack(src, p, count, None, -1, 0)
+            return
+        if count == 1:
+            st[_G_RECEIVED] += 1
+            if want_ack:
+                self._remember(src, hid, now)
+                self._owe_ack(src, p, 1, None, -1, 0)
+            self._hand_up(src, p, memoryview(p)[HDR:HDR + ln])
+            return
+        st[_G_FRAGMENTS_RECEIVED] += 1
+        if total > self.max_size:
+            st[_G_REASM_TOO_BIG] += 1
+            if want_ack and fl & F_ACK_NOW:
+                self._owe_ack(src, p, count, None, -1, F_REFUSED_TOO_BIG)
+            return
+        m = self._reasm_slot(src, hid, count, stride, total, now)
+        if m < 0:
+            if m == -1:
+                st[_G_REASM_REFUSED] += 1
+                if want_ack and fl & F_ACK_NOW:
+                    self._owe_ack(src, p, count, None, -1, F_REFUSED_BUSY)
+            else:
+                st[_G_MALFORMED] += 1     # layout differs from its other fragments
+            return
+        hb = 8 * m
+        if not _bit(self.m_have, hb, k):
+            _bit_set(self.m_have, hb, k)
+            self.m_got[m] += 1
+            copy_into(self.m_buf[m], k * stride, p, HDR, ln)
+        self.m_time[m] = now
+        self.m_flags[m] |= fl
+        if self.m_got[m] == count:
+            self.m_used[m] = 0
+            st[_G_RECEIVED] += 1
+            if self.m_flags[m] & F_ACK_REQ:
+                self._remember(src, hid, now)
+                self._owe_ack(src, p, count, None, -1, 0)
+            self._hand_up(src, p, memoryview(self.m_buf[m])[:total])
+        elif want_ack and fl & F_ACK_NOW:
+            self._owe_ack(src, p, count, self.m_have, hb, 0)
+
+    def _hand_up(self, src, p, data):
+        if self.on_datagram is not None:
+            self.on_datagram(src, _u16(p, 5), _u16(p, 7), data)
+
+    def _reasm_slot(self, src, hid, count, stride, total, now):
+        """Reassembly slot of (src, hid): found, or a free one set up; -1
+        when every slot is busy, -2 when the layout disagrees."""
+        free = -1
+        i = 0
+        while i < len(self.m_used):
+            if self.m_used[i]:
+                if self.m_id[i] == hid and key_cmp(self.m_key, 32 * i, src, 0) == 0:
+                    if (self.m_count[i] != count or self.m_stride[i] != stride
+                            or self.m_total[i] != total):
+                        return -2
+                    return i
+                if ticks_diff(now, self.m_time[i]) >= REASM_IDLE_MS:
+                    self.m_used[i] = 0
+                    self.stats[_G_REASM_EXPIRED] += 1
+                    if free < 0:
+                        free = i
+            elif free < 0:
+                free = i
+            i += 1
+        if free < 0:
+            return -1
+        self.m_used[free] = 1
+        copy_into(self.m_key, 32 * free, src, 0, 32)
+        self.m_id[free] = hid
+        self.m_count[free] = count
+        self.m_stride[free] = stride
+        self.m_total[free] = total
+        self.m_flags[free] = 0
+        self.m_got[free] = 0
+        _bits_fill(self.m_have, 8 * free, 0)
+        self.m_time[free] = now
+        return free
+
+    def reassemblies(self):
+        """Reassemblies in flight."""
+        c = 0
+        for u in self.m_used:
+            c += u
+        return c
+
+    # ---- duplicate suppression ----------------------------------------------
+    def _seen(self, src, hid, now):
+        i = 0
+        while i < len(self.d_used):
+            if (self.d_used[i] and self.d_id[i] == hid
+                    and ticks_diff(now, self.d_time[i]) < DEDUP_MS
+                    and key_cmp(self.d_key, 32 * i, src, 0) == 0):
+                return True
+            i += 1
+        return False
+
+    def _remember(self, src, hid, now):
+        i = self.d_next
+        self.d_next = (i + 1) % len(self.d_used)
+        self.d_used[i] = 1
+        copy_into(self.d_key, 32 * i, src, 0, 32)
+        self.d_id[i] = hid
+        self.d_time[i] = now
+
+    # ---- acks -------------------------------------------------------------
+    def _owe_ack(self, src, p, count, have, hb, flags):
+        """Queue an ack for the datagram whose header is p: its bitmap from
+        have[hb:] (None: every fragment) and flags."""
+        A = len(self.a_len)
+        if self.a_n >= A:
+            self.stats[_G_ACKS_DROPPED] += 1
+            return
+        j = (self.a_head + self.a_n) % A
+        self.a_n += 1
+        self.a_dst[j] = src
+        fb = self.a_frame
+        o = (ACK_HDR + 8) * j
+        fb[o] = MAGIC0
+        fb[o + 1] = MAGIC1
+        fb[o + 2] = VERSION
+        fb[o + 3] = T_ACK
+        fb[o + 4] = flags
+        copy_into(fb, o + 5, p, 5, 6)    # services and id, as in the data
+        fb[o + 11] = count
+        nb = (count + 7) >> 3
+        k = 0
+        while k < nb:
+            if flags & (F_REFUSED_BUSY | F_REFUSED_TOO_BIG):
+                v = 0
+            elif have is None:
+                v = 0xFF
+                rest = count - 8 * k
+                if rest < 8:
+                    v = (0xFF << (8 - rest)) & 0xFF
+            else:
+                v = have[hb + k]
+            fb[o + ACK_HDR + k] = v
+            k += 1
+        self.a_len[j] = ACK_HDR + nb
+
+    def flush(self, now):
+        """Send the owed acks (call after router.receive and on every tick:
+        never from inside the router's callbacks)."""
+        A = len(self.a_len)
+        b = self.txbuf
+        while self.a_n:
+            j = self.a_head
+            self.a_head = (j + 1) % A
+            self.a_n -= 1
+            n = self.a_len[j]
+            copy_into(b, 0, self.a_frame, (ACK_HDR + 8) * j, n)
+            d = self.a_dst[j]
+            self.a_dst[j] = None
+            if self.tx(d, b, n, now) == OK:
+                self.stats[_G_ACKS_SENT] += 1
+            else:
+                self.stats[_G_ACKS_DROPPED] += 1
+
+    def _ack(self, src, p, n, now):
+        st = self.stats
+        count = p[11]
+        nb = (count + 7) >> 3
+        if count < 1 or count > MAX_FRAGS or n != ACK_HDR + nb:
+            st[_G_MALFORMED] += 1
+            return
+        st[_G_ACKS_RECEIVED] += 1
+        hid = _u16(p, 9)
+        i = 0
+        P = len(self.s_used)
+        while i < P:
+            if (self.s_used[i] and self.s_ack[i] and self.s_id[i] == hid
+                    and key_cmp(self.s_dst[i], 0, src, 0) == 0 and self.s_count[i] == count):
+                break
+            i += 1
+        if i == P:
+            st[_G_ACKS_UNMATCHED] += 1
+            return
+        fl = p[4]
+        if fl & F_REFUSED_TOO_BIG:
+            self._finish(i, S_FAILED, TOO_BIG)
+            return
+        if fl & F_REFUSED_BUSY:
+            self.s_err[i] = BUSY    # the retry timer tries again
+            return
+        ob = 8 * i
+        k = 0
+        while k < nb:
+            self.s_acked[ob + k] |= p[ACK_HDR + k]
+            k += 1
+        if self.s_sampling[i] and self.s_tries[i] == 1 and _bits_first(self.s_owed, ob, count) < 0:
+            # Karn: only the first burst's answer measures the round trip
+            self.s_sampling[i] = 0
+            self._rtt_sample(i, ticks_diff(now, self.s_sample[i]), now)
+        missing = 0
+        k = 0
+        while k < count:
+            if not _bit(self.s_acked, ob, k):
+                missing += 1
+            k += 1
+        if not missing:
+            self._finish(i, S_DELIVERED, 0)
+            return
+        # a partial bitmap: resend only what is missing, now
+        if _bits_first(self.s_owed, ob, count) >= 0:
+            return          # a burst is still going out
+        if self.s_tries[i] >= MAX_TRIES:
+            return          # the timer ends it
+        self._retry(i, now)
+
+
+def _u16(p, o):
+    return (p[o] << 8) | p[o + 1]
+
+
+def _put_head(b, t, fl, dsvc, ssvc, hid):
+    b[0] = MAGIC0
+    b[1] = MAGIC1
+    b[2] = VERSION
+    b[3] = t
+    b[4] = fl
+    b[5] = dsvc >> 8
+    b[6] = dsvc & 0xFF
+    b[7] = ssvc >> 8
+    b[8] = ssvc & 0xFF
+    b[9] = hid >> 8
+    b[10] = hid & 0xFF
+
+
+# ---- bitmaps of up to 64 fragments in bytearrays (bit k: byte k >> 3,
+# mask 0x80 >> (k & 7), as on the wire) --------------------------------------
+def _bit(b, o, k):
+    return b[o + (k >> 3)] & (0x80 >> (k & 7))
+
+
+def _bit_set(b, o, k):
+    b[o + (k >> 3)] |= 0x80 >> (k & 7)
+
+
+def _bit_clear(b, o, k):
+    b[o + (k >> 3)] &= ~(0x80 >> (k & 7)) & 0xFF
+
+
+def _bits_fill(b, o, count):
+    """Bits 0..count-1 set, the rest of the 8 bytes clear."""
+    k = 0
+    while k < 8:
+        b[o + k] = 0
+        k += 1
+    k = 0
+    while k < count:
+        _bit_set(b, o, k)
+        k += 1
+
+
+def _bits_first(b, o, count):
+    k = 0
+    while k < count:
+        if _bit(b, o, k):
+            return k
+        k += 1
+    return -1
+
+
+def _bits_last(b, o, count):
+    k = count - 1
+    while k >= 0:
+        if _bit(b, o, k):
+            return k
+        k -= 1
+    return -1
+
+
+def via_router(router, hop_limit=0):
+    """A tx for Datagrams that sends through router.send (hop_limit 0: the
+    profile's). Tells no route (the router counted drops.no_route) from a
+    full queue (busy)."""
+    from snake.telemetry import D_NO_ROUTE
+    from snake.wire import WireError
+    drops = router.counters.drops
+
+    def tx(dst, buf, n, now):
+        nr = drops[D_NO_ROUTE]
+        try:
+            ok = router.send(dst, memoryview(buf)[:n], now, hop_limit)
+        except WireError:
+            return TOO_BIG
+        except MemoryError:
+            return NO_MEMORY
+        if ok:
+            return OK
+        return NO_ROUTE if drops[D_NO_ROUTE] != nr else BUSY
+    return tx
