@@ -60,12 +60,15 @@ REASON_NAMES = (None, "no_route", "timeout", "too_big", "no_memory", "busy")
 
 # Retry timing: RTO = SRTT + 4 x RTTVAR (RFC 6298 gains 1/8 and 1/4, in
 # integer ms), bounded; doubled on each retry up to RTO_MAX. MAX_TRIES
-# bursts in all: an ack'd send ends within about 1 + 2 + 4 + 5 + 5 s when
-# nothing answers (RTO_INIT, no sample yet).
+# rounds in all: an ack'd send ends within about 1 + 2 + 4 + 5 + 5 + 5 s
+# when nothing answers (RTO_INIT, no sample yet). A round after a timeout
+# resends only the highest fragment not confirmed (it asks for the bitmap);
+# a round after a partial bitmap resends exactly the missing ones, so a
+# lost fragment costs one round trip and only its own bytes.
 RTO_INIT_MS = 1000
 RTO_MIN_MS = 150
 RTO_MAX_MS = 5000
-MAX_TRIES = 5
+MAX_TRIES = 6
 # A reassembly idle this long is given up (longer than the gap between two
 # of the sender's bursts: RTO_MAX_MS).
 REASM_IDLE_MS = 10000
@@ -442,21 +445,24 @@ class Datagrams:
         if t >= MAX_TRIES:
             self._finish(i, S_FAILED, self.s_err[i] or TIMEOUT)
             return
-        # resend what the receiver has not confirmed (all of it when it has
-        # said nothing); the last one asks for the bitmap again
-        self._retry(i, now)
+        # no answer: resend the highest fragment the receiver has not
+        # confirmed, asking for its bitmap (fragments a blocked burst still
+        # owes go too)
+        self._retry(i, now, True)
 
-    def _retry(self, i, now):
+    def _retry(self, i, now, probe):
         ob = 8 * i
         count = self.s_count[i]
         t = self.s_tries[i] + 1
         self.s_tries[i] = t
         self.stats[_G_RETRIES] += 1
-        k = 0
-        while k < count:
+        k = count - 1
+        while k >= 0:
             if not _bit(self.s_acked, ob, k):
                 _bit_set(self.s_owed, ob, k)
-            k += 1
+                if probe:
+                    break
+            k -= 1
         rto = self._rto(i, now) << (t - 1)
         if rto > RTO_MAX_MS:
             rto = RTO_MAX_MS
@@ -721,7 +727,7 @@ class Datagrams:
             return          # a burst is still going out
         if self.s_tries[i] >= MAX_TRIES:
             return          # the timer ends it
-        self._retry(i, now)
+        self._retry(i, now, False)
 
 
 def _u16(p, o):

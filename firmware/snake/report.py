@@ -44,6 +44,13 @@ DROP_NAMES = (
 # probe.Prober.stats, index -> name (probe.py _P_*)
 PROBE_STATS = ("requests", "replies_sent", "replies_dropped", "trace_expired", "unmatched")
 
+# datagram.Datagrams.stats, index -> name (datagram.py _G_*)
+DGRAM_STATS = ("sent", "delivered", "failed_no_route", "failed_timeout", "failed_too_big",
+               "failed_no_memory", "failed_busy", "retries", "fragments_sent",
+               "fragments_received", "received", "duplicates", "reasm_refused",
+               "reasm_too_big", "reasm_expired", "malformed", "acks_sent", "acks_received",
+               "acks_unmatched", "acks_dropped")
+
 
 def load():
     """This module for one call from resident code (Counters.as_dict): on
@@ -222,6 +229,16 @@ def snapshot(r):
         "peers": sum(r.up),
         "routes": s.routes.count,
     }
+
+
+def datagrams(dg):
+    """datagram.Datagrams' counters by name, and what is in flight."""
+    d = {}
+    for i in range(len(DGRAM_STATS)):
+        d[DGRAM_STATS[i]] = dg.stats[i]
+    d["pending"] = dg.pending()
+    d["reassembling"] = dg.reassemblies()
+    return d
 
 
 def probes(pr):
