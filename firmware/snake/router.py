@@ -53,6 +53,10 @@ WAKEUP_KNOWN_MS = 90000     # a wakeup from an origin heard within this is no ne
 # root key, root sequence, signature)
 CTL_MAX = 12 + 32 + 32 + 10 + 10 + 32 + 10 + 64
 
+# a trace probe's payload (probe.py): "SM", kind TRACE, id, ttl
+_TRACE_LEN = const(8)
+_TRACE_KIND = const(3)
+
 LINK_LOCAL, LINK_MULTICAST, LINK_BONJOUR, LINK_REMOTE, LINK_BLUETOOTH = 0, 1, 2, 3, 4
 
 
@@ -496,13 +500,29 @@ class Router:
     def _relay(self, port, nh, buf, n, f):
         c = self.counters
         if self.hop_limiting:
+            # PROTOCOL_NOTES.md choice A. The hop limit has two ranges:
+            # above the reference's 10 it is snakemesh's own budget, counted
+            # down by every relay and used up at 10; at 10 or below it is
+            # the reference's (it originates 10 and its relays, hop
+            # limiting off, never count it down), left as it is, so that a
+            # mixed mesh carries reference traffic as far as the reference
+            # does. Trace probes are counted down in both ranges and end at
+            # 1 (router.expired answers them).
             hl = f.hop_limit
-            if hl <= 1:
-                c.drops[D_HOP_LIMIT] += 1
-                if self.expired is not None:
-                    self.expired(buf, f)
-                return
-            wire.set_hop_limit(buf, hl - 1)
+            po = f.payload_off
+            if (f.payload_len == _TRACE_LEN and buf[po] == 0x53 and buf[po + 1] == 0x4D
+                    and buf[po + 2] == _TRACE_KIND):
+                if hl <= 1:
+                    c.drops[D_HOP_LIMIT] += 1
+                    if self.expired is not None:
+                        self.expired(buf, f)
+                    return
+                wire.set_hop_limit(buf, hl - 1)
+            elif hl > wire.HOP_LIMIT_TRAFFIC:
+                if hl - 1 <= wire.HOP_LIMIT_TRAFFIC:
+                    c.drops[D_HOP_LIMIT] += 1
+                    return
+                wire.set_hop_limit(buf, hl - 1)
         if self._tx(nh, buf, n):
             c.forwarded += 1
 
@@ -536,9 +556,10 @@ class Router:
     def send(self, dst, payload, now, hop_limit=0):
         """Originate application traffic to key `dst`. Tree routing when we
         have the destination's coordinates cached, else SNEK. hop_limit 0
-        means the profile's traffic_hop_limit: snakemesh relays decrement
-        the hop limit, so it must cover the longest SNEK path (the
-        reference originates 10 and its relays leave it untouched)."""
+        means the profile's traffic_hop_limit: snakemesh relays count a
+        hop limit above 10 down and drop the frame at 10, so it must cover
+        the longest SNEK path; 10 or less is left alone as the reference's
+        (it originates 10 and its relays leave it untouched; _relay)."""
         self.now = now
         if hop_limit <= 0:
             hop_limit = self.traffic_hop_limit
@@ -634,9 +655,6 @@ class Router:
         c = self.counters
         tree = self.tree
         # PROTOCOL_NOTES.md difference 5: every cheap check before the signature
-        if f.hop_limit <= 1:
-            c.drops[D_WAKEUP_HOP_LIMIT] += 1
-            return
         if not key_eq_at(tree.root_key(), buf, f.root_off) or f.root_seq != tree.root_seq():
             c.drops[D_WAKEUP_ROOT] += 1
             return
@@ -668,6 +686,10 @@ class Router:
             self.wf_time[slot] = now
         if self._wakeup_news(buf, so, known, now):
             self.bootstrap_soon = True
+        if f.hop_limit <= 1:
+            # accepted (filter, news) but not relayed, as the reference does
+            c.drops[D_WAKEUP_HOP_LIMIT] += 1
+            return
         wire.set_hop_limit(buf, f.hop_limit - 1)
         p = 1
         while p < len(self.up):

@@ -675,9 +675,13 @@ class Mesh:
 
     def _hop_limit_of(self, n):
         """Hop limit of traffic node n originates: the mesh's hop_limit when
-        set, else n's profile traffic_hop_limit."""
+        set, else its router's traffic_hop_limit (the profile's; 10 for a
+        reference-timing router, as the reference originates)."""
         h = self.hop_limit
-        return h if h is not None else n.profile.traffic_hop_limit
+        if h is not None:
+            return h
+        r = n.router
+        return r.traffic_hop_limit if r is not None else n.profile.traffic_hop_limit
 
     def carried(self, name):
         """What node `name`'s links accepted from it over the whole run

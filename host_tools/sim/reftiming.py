@@ -5,11 +5,17 @@ Same router core, same rules and wire format; only the timing policy of
 README "Protocol notes" is the reference's:
   - a bootstrap every 5 s (snek.BOOTSTRAP_INTERVAL_MS), and one soon after
     a change of parent, root or descending entry, without the ramp;
-  - its own wakeup flooded every 60 s with hop limit 5, and sent to every
-    new peer;
-  - a bootstrap soon after every accepted wakeup;
+  - its own wakeup flooded every 60 s with hop limit 5 (when the
+    application switched wakeup broadcasts on, as the reference's own
+    simulator does), and sent to a new peer on its first announcement;
+  - no bootstrap for an accepted wakeup (_handleBroadcast only records,
+    reports and relays it; _bootstrapSoon follows a change of parent or
+    descending entry);
   - routes and the descending entry expire 10 s after the last bootstrap
-    (the same as snakemesh: snek.ROUTE_EXPIRY_MS, DESC_EXPIRY_MS).
+    (the same as snakemesh: snek.ROUTE_EXPIRY_MS, DESC_EXPIRY_MS);
+  - traffic it originates carries hop limit 10 (router/packetconn.go) and
+    its relays never count a traffic hop limit down (hop limiting is off
+    unless the application switches it on).
 
     from host_tools.sim.reftiming import ReferenceTimingRouter, mixed
     Mesh(topo, router_class=ReferenceTimingRouter)            # all reference timing
@@ -32,14 +38,16 @@ class ReferenceTimingRouter(Router):
         self.bs_interval = BOOTSTRAP_INTERVAL_MS
         self.bs_ramp_ms = ()
         self.bs_ramp = 0
+        self.hop_limiting = False
+        self.traffic_hop_limit = wire.HOP_LIMIT_TRAFFIC
 
     def snake_changed(self):
         # the reference's _bootstrapSoon, no ramp
         self.bootstrap_soon = True
 
     def _wakeup_news(self, buf, off, known, now):
-        # every accepted wakeup asks for a bootstrap soon
-        return True
+        # the reference's _handleBroadcast never calls _bootstrapSoon
+        return False
 
 
 def mixed(is_reference):

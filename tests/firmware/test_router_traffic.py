@@ -97,18 +97,64 @@ def test_traffic_dropped_when_new_watermark_is_worse():
     assert n.r.counters.drops[D_WATERMARK] == 1 and n.frames(T_) == []
 
 
-def test_hop_limit_decremented_by_relays_and_dropped_at_one():
+def _relay_hop_limit(n, payload, hop_limit, t):
+    """Relay one frame from port 2 (towards pub(8), via port 1): the hop
+    limit it leaves with, or None when it was not relayed."""
+    n.clear()
+    n.rx(2, traffic(pub(8), pub(2), payload, hop_limit=hop_limit), t)
+    out = n.frames(T_)
+    if not out:
+        return None
+    (port, fr), = out
+    assert port == 1
+    return fr[7]
+
+
+def test_trace_probes_are_counted_down_by_relays_and_end_at_one():
+    from snake import probe
     n = setup()
     n.r.port_up(2, pub(2), 1, 2)
     expired = []
     n.r.expired = lambda buf, f: expired.append(bytes(buf[f.src_off:f.src_off + 32]))
-    n.rx(2, traffic(pub(8), pub(2), b"x", hop_limit=5), 10)
-    (port, fr), = n.frames(T_)
-    assert port == 1 and fr[7] == 4
-    n.clear()
-    n.rx(2, traffic(pub(8), pub(2), b"x", hop_limit=1), 20)
-    assert n.frames(T_) == [] and n.r.counters.drops[D_HOP_LIMIT] == 1
-    assert expired == [pub(2)]
+    tr = bytes(probe.make(probe.TRACE, 9, 5))
+    assert _relay_hop_limit(n, tr, 5, 10) == 4
+    assert _relay_hop_limit(n, tr, 30, 11) == 29      # in both ranges
+    assert _relay_hop_limit(n, tr, 1, 20) is None
+    assert n.r.counters.drops[D_HOP_LIMIT] == 1 and expired == [pub(2)]
+
+
+def test_snakemesh_hop_limit_budget_is_counted_down_to_the_reference_range():
+    # choice A: above 10 the hop limit is snakemesh's budget (it originates
+    # 255); a relay counts it down and it is used up at 10
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    expired = []
+    n.r.expired = lambda buf, f: expired.append(1)
+    assert _relay_hop_limit(n, b"x", 255, 10) == 254
+    assert _relay_hop_limit(n, b"x", 12, 11) == 11
+    assert _relay_hop_limit(n, b"x", 11, 12) is None
+    assert n.r.counters.drops[D_HOP_LIMIT] == 1 and expired == []
+
+
+def test_reference_hop_limits_are_left_as_they_are():
+    # the reference originates traffic with 10 and its relays (hop limiting
+    # off) never count it down: a snakemesh relay leaves 10 and below alone,
+    # or reference traffic would die after 9 snakemesh relays
+    from snake import probe
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    assert _relay_hop_limit(n, b"x", 10, 10) == 10
+    assert _relay_hop_limit(n, b"x", 1, 11) == 1
+    assert _relay_hop_limit(n, bytes(probe.make(probe.PING, 3)), 2, 12) == 2
+    assert n.r.counters.drops[D_HOP_LIMIT] == 0
+
+
+def test_without_hop_limiting_nothing_is_counted_down():
+    from snake import probe
+    n = setup(hop_limiting=False)
+    n.r.port_up(2, pub(2), 1, 2)
+    assert _relay_hop_limit(n, b"x", 255, 10) == 255
+    assert _relay_hop_limit(n, bytes(probe.make(probe.TRACE, 9, 1)), 1, 11) == 1
 
 
 def test_traffic_to_unknown_key_at_dead_end_is_counted_not_delivered():
@@ -151,8 +197,6 @@ def test_wakeup_filters_before_verifying():
     c = n.r.counters
     n.rx(2, wakeup(K[0], 5000, K[8], 1), 10)
     assert c.drops[D_WAKEUP_ROOT] == 1
-    n.rx(2, wakeup(K[0], 5000, K[9], 1, hop_limit=1), 10)
-    assert c.drops[D_WAKEUP_HOP_LIMIT] == 1
     done = c.verify_done
     n.rx(2, wakeup(K[0], 5000, K[9], 1), 20)
     assert c.verify_done == done + 1
@@ -163,6 +207,25 @@ def test_wakeup_filters_before_verifying():
     assert c.verify_done == done + 1 and c.drops[D_WAKEUP_DUP] == 21
     n.rx(2, wakeup(K[0], 9000, K[9], 1), 40000)
     assert c.verify_done == done + 2
+
+
+def test_wakeup_at_hop_limit_one_is_accepted_not_relayed():
+    # as the reference's _handleBroadcast: the origin is taken into the
+    # filter (and may ask for an early bootstrap), only the relaying stops
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    n.r.port_up(3, pub(3), 1, 2)
+    n.clear()
+    c = n.r.counters
+    done = c.verify_done
+    n.r.bootstrap_soon = False
+    n.rx(2, wakeup(K[0], 5000, K[9], 1, hop_limit=1), 10)
+    assert c.verify_done == done + 1 and n.frames(W_) == []
+    assert c.drops[D_WAKEUP_HOP_LIMIT] == 1
+    assert n.r.wakeups.find(pub(0)) >= 0 and n.r.bootstrap_soon
+    # the same origin again within 30 s is a duplicate now
+    n.rx(2, wakeup(K[0], 5001, K[9], 1, hop_limit=4), 20)
+    assert c.drops[D_WAKEUP_DUP] == 1 and n.frames(W_) == []
 
 
 def test_wakeup_with_bad_signature_is_dropped():
