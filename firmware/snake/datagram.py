@@ -26,7 +26,7 @@
 # delivered (the view handed to on_datagram), and via_router's slice of the
 # transmit buffer per frame (Router.send takes a payload object).
 from array import array
-from snake.platform import const, copy_into, key_cmp, ticks_diff
+from snake.platform import const, copy_into, key_cmp, ticks_add, ticks_diff
 
 MAGIC0 = 0x53         # "S"
 MAGIC1 = 0x44         # "D": a datagram; ping/trace payloads start "SM" (probe.py)
@@ -240,7 +240,7 @@ class Datagrams:
         self.s_tries[i] = 1
         self.s_err[i] = 0
         self.s_sampling[i] = 1 if ack else 0
-        self.s_deadline[i] = now + self._rto(i, now)
+        self.s_deadline[i] = ticks_add(now, self._rto(i, now))
         self.last_state = S_PENDING
         self.last_reason = 0
         self._pump(i, now)
@@ -466,7 +466,7 @@ class Datagrams:
         rto = self._rto(i, now) << (t - 1)
         if rto > RTO_MAX_MS:
             rto = RTO_MAX_MS
-        self.s_deadline[i] = now + rto
+        self.s_deadline[i] = ticks_add(now, rto)
         self._pump(i, now)
 
     # ---- receiving --------------------------------------------------------

@@ -537,3 +537,18 @@ def test_a_key_not_in_the_mesh_ends_failed_in_bounded_time():
     st = ln.states[(0, h)]
     assert len(st) == 1 and st[0][0] == S_FAILED and st[0][1] in (TIMEOUT, NO_ROUTE)
     assert a.pending() == 0
+
+
+def test_timeouts_survive_the_ticks_wrap():
+    from snake.platform import ticks_add
+    sent = []
+    a = Datagrams(prof(), KA, 1)
+    a.tx = lambda dst, buf, n, now: sent.append(now) or OK
+    ends = []
+    a.on_state = lambda h, s, r: ends.append((s, r))
+    now = ticks_add(0, -300)           # 300 ms before the ticks counter wraps
+    a.send(KB, 1, b"x", now, ack=True)
+    for i in range(3000):
+        now = ticks_add(now, 10)
+        a.tick(now)
+    assert ends == [(S_FAILED, TIMEOUT)] and len(sent) == MAX_TRIES
