@@ -27,15 +27,16 @@
 # transmit buffer per frame (Router.send takes a payload object).
 from array import array
 from snake.platform import const, copy_into, key_cmp, ticks_add, ticks_diff
+from snake.profile import DGRAM_HDR, DGRAM_MAX_FRAGS, dgram_frag
 
 MAGIC0 = 0x53         # "S"
 MAGIC1 = 0x44         # "D": a datagram; ping/trace payloads start "SM" (probe.py)
 VERSION = 1
 T_DATA = 1
 T_ACK = 2
-HDR = 17              # DATA header bytes before the fragment
+HDR = DGRAM_HDR       # DATA header bytes before the fragment (17)
 ACK_HDR = 12          # ACK header bytes before the bitmap
-MAX_FRAGS = 64        # fragments per datagram (ack bitmap: 8 bytes)
+MAX_FRAGS = DGRAM_MAX_FRAGS   # fragments per datagram (ack bitmap: 8 bytes)
 
 # DATA flags (byte 3)
 F_ACK_REQ = 0x01      # the sender wants an end-to-end ack
@@ -102,32 +103,9 @@ _G_ACKS_DROPPED = const(19)    # acks not sent: the ring of owed acks was full o
 N_STATS = const(20)
 
 
-# Fragment payload bytes by default: a fragment frame must cross every
-# relay, and the ESP32 boards accept frames up to frame_max 1152: 880 data
-# bytes + HDR + the worst traffic overhead at depth 64 (240) fit it.
-FRAG_DEFAULT = 880
-
-
 def frag_size(profile):
-    """Fragment payload bytes of this profile: dgram_frag, or (0)
-    FRAG_DEFAULT or less when this profile's own frames carry less (a
-    datagram header, both coordinates at max_hops and a watermark)."""
-    f = getattr(profile, "dgram_frag", 0)
-    if f:
-        return f
-    f = profile.frame_max - HDR - traffic_overhead(profile.max_hops)
-    return f if f < FRAG_DEFAULT else FRAG_DEFAULT
-
-
-def traffic_overhead(max_hops):
-    """Bytes of a traffic frame around its payload, worst case at this depth:
-    header and payload length 12, keys 64, and either both coordinates (tree)
-    or source coordinates and a watermark of 42 (SNEK); a coordinate body is
-    2 + one byte per port plus one for every fourth (router.cc_max)."""
-    cc = 2 + max_hops + (max_hops >> 2)
-    tree = cc + cc
-    snek = 2 + cc + 42
-    return 12 + 64 + (tree if tree > snek else snek)
+    """Fragment data bytes of this profile (profile.dgram_frag)."""
+    return dgram_frag(profile)
 
 
 class Datagrams:

@@ -4,7 +4,6 @@
 import json
 
 from snake.wire import ann_max
-from snake.datagram import HDR as DGRAM_HDR, MAX_FRAGS, FRAG_DEFAULT, traffic_overhead
 
 # Defaults = a host profile (simulator, CPython): deep trees allowed. Each key is documented in
 # boards/README.md; unknown keys in a profile file are an error so that a
@@ -48,6 +47,37 @@ DEFAULTS = {
 }
 
 VERIFY_POLICIES = ("all", "on-change", "off")
+
+# Application datagrams (snake/datagram.py, which takes these from here so
+# that checking a profile at boot loads no datagram code): header bytes
+# before a fragment's data, fragments per datagram (an ack's bitmap is 8
+# bytes), and the default fragment: a fragment frame must cross every
+# relay, and the ESP32 boards accept frames up to frame_max 1152: 880 data
+# bytes + DGRAM_HDR + the worst traffic overhead at depth 64 (240) fit it.
+DGRAM_HDR = 17
+DGRAM_MAX_FRAGS = 64
+DGRAM_FRAG_DEFAULT = 880
+
+
+def traffic_overhead(max_hops):
+    """Bytes of a traffic frame around its payload, worst case at this depth:
+    header and payload length 12, keys 64, and either both coordinates (tree)
+    or source coordinates and a watermark of 42 (SNEK); a coordinate body is
+    2 + one byte per port plus one for every fourth (router.cc_max)."""
+    cc = 2 + max_hops + (max_hops >> 2)
+    tree = cc + cc
+    snek = 2 + cc + 42
+    return 12 + 64 + (tree if tree > snek else snek)
+
+
+def dgram_frag(p):
+    """Fragment data bytes of profile p: dgram_frag, or (0) DGRAM_FRAG_DEFAULT
+    or less when p's own frames carry less."""
+    f = p.dgram_frag
+    if f:
+        return f
+    f = p.frame_max - DGRAM_HDR - traffic_overhead(p.max_hops)
+    return f if f < DGRAM_FRAG_DEFAULT else DGRAM_FRAG_DEFAULT
 
 
 class ProfileError(ValueError):
@@ -104,21 +134,17 @@ class Profile:
                 raise ProfileError("profile %s must be within 1..255" % k)
         if not isinstance(self.dgram_reasm, int) or not 0 <= self.dgram_reasm <= 255:
             raise ProfileError("profile dgram_reasm must be within 0..255")
-        fr = self.dgram_frag
-        if not isinstance(fr, int) or fr < 0:
+        if not isinstance(self.dgram_frag, int) or self.dgram_frag < 0:
             raise ProfileError("profile dgram_frag must be a non-negative integer")
-        if fr == 0:
-            fr = self.frame_max - DGRAM_HDR - traffic_overhead(self.max_hops)
-            if fr > FRAG_DEFAULT:
-                fr = FRAG_DEFAULT
+        fr = dgram_frag(self)
         if fr < 64 or fr + DGRAM_HDR + traffic_overhead(self.max_hops) > self.frame_max:
             raise ProfileError("profile dgram_frag must be at least 64 and fit a frame of frame_max"
                                " with both coordinates at max_hops (at most %d)"
                                % (self.frame_max - DGRAM_HDR - traffic_overhead(self.max_hops)))
         if (not isinstance(self.dgram_max, int) or not 1 <= self.dgram_max <= 65535
-                or self.dgram_max > MAX_FRAGS * fr):
+                or self.dgram_max > DGRAM_MAX_FRAGS * fr):
             raise ProfileError("profile dgram_max must be within 1..65535 and at most %d fragments"
-                               " (%d bytes)" % (MAX_FRAGS, MAX_FRAGS * fr))
+                               " (%d bytes)" % (DGRAM_MAX_FRAGS, DGRAM_MAX_FRAGS * fr))
         if self.bootstrap_verify not in VERIFY_POLICIES:
             raise ProfileError("profile bootstrap_verify must be one of all, on-change, off")
         # A tree announcement's size follows from its depth, not frame_max:

@@ -552,3 +552,20 @@ def test_timeouts_survive_the_ticks_wrap():
         now = ticks_add(now, 10)
         a.tick(now)
     assert ends == [(S_FAILED, TIMEOUT)] and len(sent) == MAX_TRIES
+
+
+def test_profile_checks_the_datagram_keys():
+    from snake.profile import ProfileError, dgram_frag
+    assert dgram_frag(Profile({})) == 880
+    assert dgram_frag(Profile({"frame_max": 512, "max_hops": 8})) == 512 - 17 - (12 + 64 + 2 + 12 + 42)
+    for bad in ({"dgram_pending": 0}, {"dgram_acks": 256}, {"dgram_dedup": "4"},
+                {"dgram_reasm": -1}, {"dgram_frag": 63}, {"dgram_frag": 8000},
+                {"dgram_max": 0}, {"dgram_max": 70000},
+                {"dgram_frag": 100, "dgram_max": 6401}):
+        try:
+            Profile(bad)
+        except ProfileError as e:
+            assert "dgram_" in str(e), bad
+        else:
+            assert False, bad
+    Profile({"dgram_frag": 100, "dgram_max": 6400, "dgram_reasm": 0})
