@@ -569,3 +569,12 @@ def test_profile_checks_the_datagram_keys():
         else:
             assert False, bad
     Profile({"dgram_frag": 100, "dgram_max": 6400, "dgram_reasm": 0})
+
+
+def test_a_datagram_to_our_own_key_is_delivered_and_acked_locally():
+    ln = Line([61, 62])
+    a = ln.nodes[0][1]
+    h = a.send(ln.key(0), 3, bytes(2000), ln.now, ack=True)
+    ln.run(100)
+    assert ln.got[0] == [(ln.key(0), 3, bytes(2000))]
+    assert ln.states[(0, h)] == [(S_DELIVERED, 0)]
