@@ -38,10 +38,10 @@ HDR = DGRAM_HDR       # DATA header bytes before the fragment (17)
 ACK_HDR = 12          # ACK header bytes before the bitmap
 MAX_FRAGS = DGRAM_MAX_FRAGS   # fragments per datagram (ack bitmap: 8 bytes)
 
-# DATA flags (byte 3)
+# DATA flags (byte 4)
 F_ACK_REQ = 0x01      # the sender wants an end-to-end ack
 F_ACK_NOW = 0x02      # answer with the bitmap now (last fragment of a burst)
-# ACK flags (byte 3)
+# ACK flags (byte 4)
 F_REFUSED_BUSY = 0x04     # no reassembly slot free: try again later
 F_REFUSED_TOO_BIG = 0x08  # larger than the receiver's dgram_max
 
