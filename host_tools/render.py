@@ -12,6 +12,18 @@ from host_tools.names import EMPTY
 
 FRAME_TYPES = ("keepalive", "announcement", "bootstrap", "wakeup", "traffic")
 LINK_TYPES = ("local", "wifi", "bonjour", "remote", "ble")
+# What a user calls each link type, the one name every table and drawing
+# shows: multicast-discovered (wifi), mDNS (bonjour) and static TCP peers
+# (remote) all run over Wi-Fi on a board.
+LINK_LABELS = {"wifi": "Wi-Fi", "bonjour": "Wi-Fi", "remote": "Wi-Fi", "ble": "BLE", "local": "local"}
+
+
+def link_label(kind):
+    """The user's name of a link type ("remote" -> "Wi-Fi"); an unknown one
+    as it came, None as "unknown"."""
+    if not kind:
+        return "unknown"
+    return LINK_LABELS.get(str(kind).lower(), str(kind))
 # tables that bound the mesh (contract 2) vs caches meant to run full
 BOUNDING = ("peers", "routes", "depth")
 CACHES = ("sigcache", "coords", "wakeups")
@@ -162,7 +174,8 @@ def render_peers(d, wide=False, names=EMPTY):
     if not peers:
         return "no peers"
     headers = ["PORT", "KEY", "LINK", "ROOT", "ROOT_SEQ", "COORDS"]
-    rows = [[p.get("port"), short(p.get("key"), wide), p.get("link", "-"), short(p.get("root"), wide),
+    rows = [[p.get("port"), short(p.get("key"), wide), link_label(p.get("link")) if p.get("link") else "-",
+             short(p.get("root"), wide),
              fmt(p.get("root_seq")), fmt(p.get("coords"))] for p in peers]
     if len(names):
         headers.insert(2, "NAME")
@@ -431,6 +444,6 @@ def render_record(rec, names=EMPTY):
             who, num(sum(tx.values())), num(sum(drops.values())), fmt(rec.get("mem_free")))
     if kind == "peers":
         ps = rec.get("peers") or []
-        return "peers %s %s" % (who, ", ".join("%s/%s" % (short(p.get("key"), False, names), p.get("link"))
+        return "peers %s %s" % (who, ", ".join("%s/%s" % (short(p.get("key"), False, names), link_label(p.get("link")))
                                                 for p in ps) or "none")
     return "%s %s" % (kind, who)

@@ -23,6 +23,9 @@ def register(subparsers):
                    help="flag nodes silent this long before the end of the data (default 30)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Spark setting (repeatable)")
+    p.add_argument("--names", metavar="PATH",
+                   help="node names (a mesh/demo/sim output folder, its nodes.json or truth.json, or NAME KEY "
+                        "lines; default $SNAKEMESH_NAMES), so the tables and drawings show nodes by name")
     p.add_argument("--report", action="store_true", help="also write the HTML report (DIR/report/)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run_analyze)
@@ -52,6 +55,11 @@ def _fmt(v, unit="", digits=3):
     return "%s%s" % (v, unit)
 
 
+def _pct(v):
+    """A ratio as the report shows it (a percentage), n/a when unknown."""
+    return "n/a" if v is None else "%.1f%%" % (100.0 * v)
+
+
 def run_analyze(args):
     from host_tools.pipeline.analysis import analyze
 
@@ -64,8 +72,10 @@ def run_analyze(args):
     if args.topology is not None:
         from host_tools import topofiles
         args.topology = topofiles.resolve(args.topology)
+    from host_tools import names as names_mod
+    names = names_mod.from_args(getattr(args, "names", None))
     s = analyze(args.inputs, args.out, master=args.master, topology_file=args.topology,
-                conf=_conf(args.conf), progress=progress, bucket=args.bucket,
+                conf=_conf(args.conf), progress=progress, bucket=args.bucket, names=dict(names.by_key),
                 flap_threshold=args.flap_threshold, silent_after=args.silent_after)
     lines = [
         "nodes %d, records %d, rejected %d%s" % (
@@ -73,13 +83,13 @@ def run_analyze(args):
             (" (see %s)" % os.path.join(s["out"], "rejects")) if s["rejected_records"] else ""),
         "tree converged at %s, snake converged at %s, snake correct at end %s" % (
             _fmt(s["tree_converged_s"], " s"), _fmt(s["snake_converged_s"], " s"),
-            _fmt(s["snake_correct_ratio_final"])),
+            _pct(s["snake_correct_ratio_final"])),
         "ping delivery %s (%d pings), rtt p50/p95 %s/%s ms" % (
-            _fmt(s["ping_delivery_ratio"]), s["pings"], _fmt(s["rtt_ms_p50"]), _fmt(s["rtt_ms_p95"])),
+            _pct(s["ping_delivery_ratio"]), s["pings"], _fmt(s["rtt_ms_p50"]), _fmt(s["rtt_ms_p95"])),
         "stretch mean %s, p95 %s over %d probes" % (
             _fmt(s["stretch_mean"]), _fmt(s["stretch_p95"]), s["stretch_probes"]),
         "table occupancy max %s, evictions %d, drops %d, anomalies %d" % (
-            _fmt(s["table_occupancy_max"]), s["evictions"], s["drops_total"], s["anomalies"]),
+            _pct(s["table_occupancy_max"]), s["evictions"], s["drops_total"], s["anomalies"]),
         "wrote %s (summary.json, Parquet tables) in %.1f s" % (s["out"], s["wall_time_s"]),
     ]
     print("\n".join(lines))

@@ -302,9 +302,11 @@ def tune(spark, size, conf):
 
 
 def analyze(input_paths, out_dir, master=None, topology_file=None, conf=None, spark=None,
-            progress=None, **options):
+            progress=None, names=None, **options):
     """Run the pipeline; returns the summary dict (also written to
-    OUT/summary.json). Raises CliError subclasses for expected failures."""
+    OUT/summary.json). `names` ({hex key: name}, `analyze --names`) name
+    the nodes over what the inputs say. Raises CliError subclasses for
+    expected failures."""
     opts = Options(**options)
     if opts.bucket <= 0:
         raise UsageError("--bucket must be > 0")
@@ -316,6 +318,7 @@ def analyze(input_paths, out_dir, master=None, topology_file=None, conf=None, sp
     if len(res.skipped) > 20:
         say("skipped %d more file(s) that are not telemetry" % (len(res.skipped) - 20))
     info = runinfo.load(res.side)
+    info.forced_names = dict((k.lower(), v) for k, v in (names or {}).items())
     for note in info.notes:
         say(note)
     if topology_file:
@@ -492,6 +495,7 @@ def _run(spark, res, info, out, topology_file, opts, say):
         [(r["t"], r["edges"], r["names"]) for r in topo_rows])
     for k, v in info.names.items():
         names.setdefault(k, v)
+    names.update(getattr(info, "forced_names", None) or {})
     topo_nodes = set()
     if topology_file:
         ep, topo_nodes = topology.epoch_from_file(topology_file, names)
@@ -611,7 +615,14 @@ def _run(spark, res, info, out, topology_file, opts, say):
                                                         has_topology=topo_source != "none")
     n_nodes = len(nodes)
     conv_rows = []
+    # already converged when recording began: in every bucket with state
+    # records, every node that had reported agreed (resp. was correct); a
+    # capture of a settled mesh (`monitor`) has no convergence to time
+    from_start = {"tree": None, "snake": None}
     for r in convergence.series_from_deltas(got["deltas"], nb):
+        if r["reported"]:
+            for k, v in (("tree", r["max_agree"]), ("snake", r["correct"])):
+                from_start[k] = (from_start[k] is not False) and v == r["reported"]
         conv_rows.append({
             "bucket": r["bucket"], "t_s": (r["bucket"] + 1) * bucket, "t": t_start + (r["bucket"] + 1) * bucket,
             "reported": r["reported"], "tree_agree_ratio": r["max_agree"] / float(n_nodes),
@@ -654,7 +665,7 @@ def _run(spark, res, info, out, topology_file, opts, say):
 def locals_for_assembly(d):
     keep = ("records", "rejected", "by_reason", "by_kind", "per_file", "res", "ignored", "t_start", "t_end",
             "bucket", "topo_source", "epochs", "per_epoch", "run", "per_node", "down", "nodes", "names",
-            "comps", "conv_rows", "ps", "act", "got", "got2", "window", "rtt_bin", "by_scope", "info",
+            "comps", "conv_rows", "from_start", "ps", "act", "got", "got2", "window", "rtt_bin", "by_scope", "info",
             "timings", "cpu", "jobs")
     return dict((k, d[k]) for k in keep)
 
@@ -953,6 +964,8 @@ def _assemble(spark, out, opts, v):
         "tree_converged_s": run["tree_converged_s"],
         "snake_converged_s": run["snake_converged_s"],
         "snake_correct_final": run["snake_correct_final"],
+        "tree_agreed_from_start": bool(v["from_start"]["tree"]),
+        "snake_correct_from_start": bool(v["from_start"]["snake"]),
         "snake_correct_ratio_final": run["snake_correct_ratio_final"],
         "nodes_down_at_end": run["nodes_down_at_end"],
         "pings": pings,

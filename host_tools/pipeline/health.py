@@ -211,10 +211,35 @@ def capacity_warnings(summary, rows=None):
     return out
 
 
+# Drops by which a table that refused entries shows in traffic: routes it
+# could not hold, or could not forward on.
+CAPACITY_LOSS = ("route_table_full", "no_route")
+
+
+def capacity_harm(summary, th=None):
+    """What the mesh shows that a refusing table may have caused, or None:
+    a table that refused entries is a problem only when the mesh lost
+    something (delivery below the degraded threshold, a wrong descending
+    key at the end, routes refused or traffic with no route)."""
+    th = dict(THRESHOLDS, **(th or {}))
+    parts = []
+    pings, ratio = summary.get("pings") or 0, summary.get("ping_delivery_ratio")
+    if pings >= th["min_pings"] and ratio is not None and ratio < th["delivery_degraded"]:
+        parts.append("ping delivery is %s" % _pct(ratio))
+    snake = summary.get("snake_correct_ratio_final")
+    if snake is not None and snake < 1.0:
+        parts.append("the snake is %s correct" % _pct(snake))
+    lost = dict((k, v) for k, v in (summary.get("drops_by_reason") or {}).items() if v and k in CAPACITY_LOSS)
+    if lost:
+        parts.append("frames were dropped for %s" % _top(lost))
+    return " and ".join(parts) or None
+
+
 def judge_nodes(rows, summary, th=None):
     """Adds row["issues"] (list of {level, code, text}) and row["status"]
     (healthy / degraded / broken / unknown) to every row."""
     th = dict(THRESHOLDS, **(th or {}))
+    harm = capacity_harm(summary, th)
     caps = {}
     for node, table, used, cap, refused in capacity_warnings(summary, rows):
         caps.setdefault(node, []).append((table, used, cap, refused))
@@ -249,9 +274,15 @@ def judge_nodes(rows, summary, th=None):
             issues.append(_issue(DEGRADED, "heap", "free heap fell to %s" % _bytes(heap)))
         for table, used, cap, refused in caps.get(r["node"], []):
             text = "%s table %s/%s" % (table, "?" if used is None else used, "?" if cap is None else cap)
-            if refused:
-                text += ", %d refused" % refused
-            issues.append(_issue(DEGRADED, "capacity", text))
+            if not refused:
+                # a full table that turned nothing away cost the mesh nothing
+                issues.append(_issue(NOTE, "capacity", text + ", nothing refused"))
+                continue
+            text += ", %d refused" % refused
+            if harm:
+                issues.append(_issue(DEGRADED, "capacity", text + " while " + harm))
+            else:
+                issues.append(_issue(NOTE, "capacity", text + ", no effect on the mesh seen"))
         flaps = [a.split("_")[1] for a in ("flapping_parent", "flapping_root") if a in an]
         if flaps:
             issues.append(_issue(DEGRADED, "flapping", "%s changed again and again within one topology epoch"
@@ -262,20 +293,44 @@ def judge_nodes(rows, summary, th=None):
             issues.append(_issue(DEGRADED, "restart", "restarted %d time%s during the run"
                                  % (r["restarts"], "" if r["restarts"] == 1 else "s")))
         r["issues"] = sorted(issues, key=lambda i: -_RANK[i["level"]])
-        r["status"] = max([i["level"] for i in issues] or [HEALTHY], key=lambda lv: _RANK[lv])
+        r["status"] = max([i["level"] for i in issues if i["level"] != NOTE] or [HEALTHY],
+                          key=lambda lv: _RANK[lv])
     return rows
 
 
+def severity(r):
+    """How much a node did wrong within its status, for ordering: the sum of
+    its issue levels, then frames it dropped for problems plus entries its
+    tables refused."""
+    ranks = sum(_RANK.get(i["level"], 0) for i in r.get("issues") or [])
+    refused = sum((c.get("refused") or 0) for c in (r.get("capacity") or {}).values() if isinstance(c, dict))
+    return ranks, sum(problem_drops(r).values()) + refused
+
+
 def sort_worst_first(rows):
+    """Broken, degraded, unknown, healthy; within each the most severe
+    first (severity), then by name."""
     order = {BROKEN: 0, DEGRADED: 1, UNKNOWN: 2, HEALTHY: 3}
-    return sorted(rows, key=lambda r: (order.get(r.get("status"), 3), -len(r.get("issues") or []),
-                                       label(r).lower(), r["node"]))
+
+    def key(r):
+        ranks, amount = severity(r)
+        return (order.get(r.get("status"), 3), -ranks, -amount, -len(r.get("issues") or []),
+                label(r).lower(), r["node"])
+    return sorted(rows, key=key)
 
 
 def _who(rows, limit=6):
     names = [label(r) for r in rows]
     more = len(names) - limit
     return ", ".join(names[:limit]) + (" and %d more" % more if more > 0 else "")
+
+
+def already_converged(summary, what):
+    """True when the data starts with the tree agreed (what="tree") or the
+    snake correct ("snake") and one topology epoch: a capture of a settled
+    mesh, with no convergence time to report."""
+    return bool(summary.get("%s_from_start" % ("tree_agreed" if what == "tree" else "snake_correct"))) \
+        and len(summary.get("epochs") or []) <= 1
 
 
 def verdict(summary, rows, th=None):
@@ -310,6 +365,8 @@ def verdict(summary, rows, th=None):
             % (len(alive) - len(unknown)))
     elif tree_t is None:
         add(BROKEN, "tree", "spanning tree not agreed at the end of the data")
+    elif already_converged(summary, "tree"):
+        add(HEALTHY, "tree", "spanning tree already agreed when recording began, and held")
     else:
         add(HEALTHY, "tree", "spanning tree agreed %.2f s after the %s" % (
             tree_t, "start" if len(epochs) <= 1 else "last topology change"))
@@ -325,7 +382,8 @@ def verdict(summary, rows, th=None):
     elif judged:
         snake_t = last.get("snake_converged_s") if epochs else summary.get("snake_converged_s")
         add(HEALTHY, "snake", "snake correct on all %d nodes%s" % (
-            len(judged), "" if snake_t is None else " (%.2f s after the %s)" % (
+            len(judged), " (already when recording began)" if already_converged(summary, "snake") else
+            "" if snake_t is None else " (%.2f s after the %s)" % (
                 snake_t, "start" if len(epochs) <= 1 else "last topology change")))
 
     # nodes that cannot be judged
@@ -383,13 +441,28 @@ def verdict(summary, rows, th=None):
             droppers)
 
     # capacity of the tables that bound the mesh
+    # judged by what the tables did to the mesh: a full table is the design
+    # working (the profile sizes them for the mesh), a refusal matters when
+    # the mesh lost something
     cw = capacity_warnings(summary, rows)
-    if cw:
+    refusing = [w for w in cw if w[4]]
+    if refusing:
+        tables = sorted(set(w[1] for w in refusing if w[1]))
+        hit = _worst_refusers(rows, refusing)
+        n_ref = sum(w[4] for w in refusing)
+        text = "%s table%s refused %d entr%s on %d node%s (%s)" % (
+            "/".join(tables), "" if len(tables) == 1 else "s", n_ref, "y" if n_ref == 1 else "ies",
+            len(hit), "" if len(hit) == 1 else "s", _who(hit))
+        harm = capacity_harm(summary, th)
+        if harm:
+            add(DEGRADED, "capacity", text + " while " + harm, hit)
+        else:
+            add(HEALTHY, "capacity", text + "; the mesh lost nothing by it")
+    elif cw:
         tables = sorted(set(w[1] for w in cw if w[1]))
-        hit = [r for r in rows if r["node"] in set(w[0] for w in cw)]
-        add(DEGRADED, "capacity", "%s table%s full or refusing entries on %d node%s (%s)" % (
-            "/".join(tables), "" if len(tables) == 1 else "s", len(hit), "" if len(hit) == 1 else "s",
-            _who(hit)), hit)
+        add(HEALTHY, "capacity", "%s table%s full on %d node%s, nothing refused" % (
+            "/".join(tables), "" if len(tables) == 1 else "s", len(set(w[0] for w in cw)),
+            "" if len(set(w[0] for w in cw)) == 1 else "s"))
     elif isinstance(summary.get("capacity_warnings"), list) and any(r.get("capacity") for r in rows):
         add(HEALTHY, "capacity", "no routes/peers/depth table full or refusing entries")
     else:
@@ -423,6 +496,15 @@ def verdict(summary, rows, th=None):
     level = max([x["level"] for x in reasons if x["level"] in LEVELS] or [HEALTHY], key=lambda lv: _RANK[lv])
     reasons.sort(key=lambda x: -_RANK[x["level"]])
     return level, reasons
+
+
+def _worst_refusers(rows, refusing):
+    """The rows of the nodes in `refusing`, most refused entries first."""
+    n = {}
+    for w in refusing:
+        n[w[0]] = n.get(w[0], 0) + (w[4] or 0)
+    hit = [r for r in rows if r["node"] in n]
+    return sorted(hit, key=lambda r: (-n[r["node"]], label(r).lower()))
 
 
 def _top(d, k=3):

@@ -18,6 +18,7 @@ import os
 from host_tools.errors import InputError
 from host_tools.pipeline import health, topo_svg
 from host_tools.pipeline.output import AtomicDir
+from host_tools.render import link_label
 
 PLOTS = ("convergence.png", "delivery.png", "stretch.png", "control.png", "bounding.png")
 SVGS = ("tree.svg", "snake.svg")
@@ -500,6 +501,15 @@ def _html(s, t, rows, level, reasons, svgs, notes, drew, missing):
              "</div></section>")
     p.append(_tiles(s, rows, reasons))
 
+    # what the mesh delivered, right under the verdict
+    p.append("<h2>Delivery and latency</h2>" + _img("delivery", drew, "delivery and RTT"))
+    if notes.get("delivery"):
+        p.append("<p class='note'>%s.</p>" % _cap(_e(notes["delivery"])))
+    p.append("<h2>Path stretch</h2>" + _img("stretch", drew, "stretch distribution"))
+    if notes.get("stretch"):
+        p.append("<p class='%s' id='stretch-note'>Stretch: %s.</p>" % ("stat" if not drew["stretch"] else "note",
+                                                                      _e(notes["stretch"])))
+
     # nodes
     n_bad = sum(1 for r in rows if r.get("status") != health.HEALTHY)
     p.append("<h2 id='nodes-title'>Nodes, worst first (%d of %d need attention)</h2>" % (n_bad, len(rows)))
@@ -518,6 +528,23 @@ def _html(s, t, rows, level, reasons, svgs, notes, drew, missing):
         p.append(_node_table(rest, cols, by, "nodes-more"))
         p.append("</details>")
 
+    # how it got there
+    p.append("<h2>Convergence</h2>")
+    p.append(_img("convergence", drew, "convergence over time"))
+    if not drew.get("convergence"):
+        p.append("<p class='note'>Convergence: %s.</p>" % _e(notes.get("convergence") or "unknown"))
+    else:
+        p.append("<p class='note'>Each step is the state at the end of its %s s bucket; the shaded band is the "
+                 "bucket in which the tree (blue) or the snake (orange) converged for good, the dashed line the exact "
+                 "time.%s</p>" % (_v(s.get("bucket_s"), 3), (" " + _cap(_e(notes["convergence"])) + ".")
+                                  if notes.get("convergence") else ""))
+    ep = s.get("epochs", [])
+    if len(ep) > 1:
+        p.append("<p class='note'>%d topology changes. Changes that follow each other before the mesh could "
+                 "converge are one row; &ldquo;not in this epoch&rdquo; means the next change came first.</p>"
+                 % (len(ep) - 1))
+        p.append(_table(["epochs", "start (s)", "end (s)", "components", "links", "nodes down",
+                         "tree converged after (s)", "snake converged after (s)"], _epoch_rows(ep)))
     # drawings
     p.append("<h2>Spanning tree and links</h2>")
     p.append("<p class='note'>The tree as the nodes reported it at the end: root in the middle (ringed), "
@@ -532,29 +559,6 @@ def _html(s, t, rows, level, reasons, svgs, notes, drew, missing):
              "<a href='snake.svg'>snake.svg</a> opens full size.</p>")
     p.append("<div class='draw' id='snake'>%s</div>" % svgs["snake"])
 
-    # plots
-    p.append("<h2>Convergence</h2>")
-    p.append(_img("convergence", drew, "convergence over time"))
-    if not drew.get("convergence"):
-        p.append("<p class='note'>Convergence: %s.</p>" % _e(notes.get("convergence") or "unknown"))
-    else:
-        p.append("<p class='note'>Each step is the state at the end of its %s s bucket; the shaded band is the "
-                 "bucket in which the tree (blue) or the snake (orange) converged for good, the dashed line the exact "
-                 "time.%s</p>" % (_v(s.get("bucket_s"), 3), (" " + _cap(_e(notes["convergence"])) + ".")
-                                  if notes.get("convergence") else ""))
-    ep = s.get("epochs", [])
-    if len(ep) > 1:
-        p.append(_table(["epoch", "start (s)", "end (s)", "components", "links", "nodes down",
-                         "tree converged after (s)", "snake converged after (s)"],
-                        [(e["epoch"], e["start_s"], e["end_s"], e["components"], e["links"], e.get("nodes_down"),
-                          e["tree_converged_s"], e["snake_converged_s"]) for e in ep]))
-    p.append("<h2>Delivery and latency</h2>" + _img("delivery", drew, "delivery and RTT"))
-    if notes.get("delivery"):
-        p.append("<p class='note'>%s.</p>" % _cap(_e(notes["delivery"])))
-    p.append("<h2>Path stretch</h2>" + _img("stretch", drew, "stretch distribution"))
-    if notes.get("stretch"):
-        p.append("<p class='%s' id='stretch-note'>Stretch: %s.</p>" % ("stat" if not drew["stretch"] else "note",
-                                                                      _e(notes["stretch"])))
     p.append("<h2>Control traffic</h2>" + _img("control", drew, "control traffic over time"))
     if notes.get("control"):
         p.append("<p class='note'>Control traffic: %s.</p>" % _e(notes["control"]))
@@ -587,6 +591,45 @@ def _html(s, t, rows, level, reasons, svgs, notes, drew, missing):
     p.append("<p class='muted' style='font-size:12px'>analysis wall time %s s on %s</p></body></html>"
              % (_v(s.get("wall_time_s")), _e(s.get("master"))))
     return "\n".join(p)
+
+
+def _epoch_rows(ep):
+    """The epoch table collapsed to what matters: a run of consecutive
+    epochs in which neither the tree nor the snake converged (a burst of
+    link changes, e.g. a simulator start) is one row, with the range of
+    links and the most nodes down; an epoch with a convergence figure is a
+    row of its own."""
+    rows, run = [], []
+
+    def flush():
+        if not run:
+            return
+        a, b = run[0], run[-1]
+        links = [e.get("links") for e in run if e.get("links") is not None]
+        down = [e.get("nodes_down") for e in run if e.get("nodes_down") is not None]
+        comps = [e.get("components") for e in run if e.get("components") is not None]
+        rows.append(("%s" % a["epoch"] if a is b else "%s-%s (%d)" % (a["epoch"], b["epoch"], len(run)),
+                     a.get("start_s"), b.get("end_s"),
+                     _span(comps), _span(links), max(down) if down else None,
+                     "not in this epoch", "not in this epoch"))
+        del run[:]
+    for i, e in enumerate(ep):
+        last = i == len(ep) - 1
+        if e.get("tree_converged_s") is None and e.get("snake_converged_s") is None and not last:
+            run.append(e)
+            continue
+        flush()
+        rows.append(("%s" % e["epoch"], e.get("start_s"), e.get("end_s"), e.get("components"), e.get("links"),
+                     e.get("nodes_down"), e.get("tree_converged_s"), e.get("snake_converged_s")))
+    flush()
+    return rows
+
+
+def _span(values):
+    if not values:
+        return None
+    lo, hi = min(values), max(values)
+    return lo if lo == hi else "%s-%s" % (lo, hi)
 
 
 def _img(name, drew, alt):
@@ -622,6 +665,8 @@ def _tiles(s, rows, reasons):
         value, detail = _unknown("no state records"), "no node reported its root"
     elif off:
         value, detail = "%d off root" % len(off), "nodes not on their component's root"
+    elif health.already_converged(s, "tree"):
+        value, detail = "agreed", "already when recording began"
     elif tree_t is not None:
         value, detail = "agreed", "after %.2f s" % tree_t
     elif lv.get("tree") == health.NOTE:
@@ -689,7 +734,9 @@ def _node_table(rows, cols, by, table_id):
             cells.append("<b class='key%s' title='%s'>%s</b>" % (long_, _e(r["node"]), _e(r["short"])))
         cells.append(_e(r["profile"]) if r.get("profile") else _unknown("state records carry no board profile"))
         if r.get("peers") is not None or r.get("links"):
-            links = r.get("links") or {}
+            links = {}
+            for k, v in (r.get("links") or {}).items():
+                links[link_label(k)] = links.get(link_label(k), 0) + (v or 0)
             detail = ", ".join("%s %d" % (k, v) for k, v in sorted(links.items()))
             cells.append("<span class='nw'>%s%s</span>" % ("?" if r.get("peers") is None else r["peers"],
                                                           " <span class='key'>%s</span>" % _e(detail) if detail else ""))

@@ -2,7 +2,8 @@
 
 * `tree_svg`: the spanning tree as the nodes reported it at the end (parent
   edges), root in the middle and depth as rings, over every link of the last
-  topology epoch (Wi-Fi solid blue, BLE dashed purple, other links grey; tree
+  topology epoch (Wi-Fi, i.e. every TCP link, solid blue; BLE dashed purple;
+  links of unknown type grey; tree
   edges thick, the other links thin). Several trees (a partition, nodes that
   are their own root) are drawn side by side; nodes outside any tree (down,
   no state) in a row below.
@@ -29,7 +30,13 @@ FONT = 10
 
 
 def _link_style(link):
-    return LINKS.get((link or "").lower(), OTHER_LINK)
+    from host_tools.render import link_label
+    return {"Wi-Fi": LINKS["wifi"], "BLE": LINKS["ble"]}.get(link_label(link), OTHER_LINK)
+
+
+def _link_label(link):
+    from host_tools.render import link_label
+    return link_label(link)
 
 
 def _tip(r):
@@ -133,6 +140,48 @@ def _radial(root, children, order_key):
     return pos
 
 
+def _spread(pol, gap, min_dist):
+    """Push apart the nodes of each ring that the leaf-weighted wedges put
+    closer than min_dist (px along the ring), keeping their order: near the
+    root a wedge is short, and without this a node's children pile up on
+    one spot and their labels point at the wrong circle."""
+    rings = {}
+    for n, (d, a) in pol.items():
+        if d:
+            rings.setdefault(d, []).append((a, n))
+    out = dict(pol)
+    for d, items in rings.items():
+        items.sort()
+        # cut the ring at its widest gap, so nodes either side of angle 0 count as neighbours
+        gaps = [(items[(i + 1) % len(items)][0] - items[i][0]) % (2 * math.pi) for i in range(len(items))]
+        cut = gaps.index(max(gaps)) + 1
+        items = [(a + (2 * math.pi if i < cut else 0.0), n) for i, (a, n) in enumerate(items)]
+        items = items[cut:] + items[:cut]
+        sep = min_dist / float(d * gap)
+        if sep * len(items) >= 2 * math.pi:
+            sep = 2 * math.pi / len(items)
+        # groups of nodes closer than sep, each centred on its members'
+        # own angles; adjacent groups that then overlap merge (so a pile
+        # spreads both ways and the rest of the ring stays where it was)
+        groups = []                     # [sum of angles, count]
+        for a, _n in items:
+            groups.append([a, 1])
+            while len(groups) > 1:
+                (s0, k0), (s1, k1) = groups[-2], groups[-1]
+                end0 = s0 / k0 + (k0 - 1) * sep / 2.0
+                start1 = s1 / k1 - (k1 - 1) * sep / 2.0
+                if start1 - end0 >= sep:
+                    break
+                groups[-2:] = [[s0 + s1, k0 + k1]]
+        i = 0
+        for total, k in groups:
+            first = total / k - (k - 1) * sep / 2.0
+            for j in range(k):
+                out[items[i][1]] = (d, first + j * sep)
+                i += 1
+    return out
+
+
 def tree_svg(rows, edges, width=1100):
     """rows: judged node rows (health.py); edges: [(a, b, link)] of the last
     topology epoch. Returns SVG text."""
@@ -161,6 +210,7 @@ def tree_svg(rows, edges, width=1100):
         big_r = max(big_r, min(width / 2.0 - 70, 40.0 * maxd))
         gap = min(big_r / maxd, 90.0)
         big_r = gap * maxd
+        pol = _spread(pol, gap, 2 * node_r + 3)
         pts = dict((n, (d * gap * math.sin(a), -d * gap * math.cos(a))) for n, (d, a) in pol.items())
         half = max(big_r, gap) + 40
         boxes.append((root, pts, 2 * half, 2 * half, gap))
@@ -215,7 +265,7 @@ def tree_svg(rows, edges, width=1100):
         col, dash = _link_style(link)
         out.append('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"%s><title>%s</title></line>' % (
             pos[c][0], pos[c][1], pos[p][0], pos[p][1], col, ' stroke-dasharray="%s"' % dash if dash else "",
-            escape("%s -> parent %s (%s)" % (label(by[c]), label(by[p]), link or "link type unknown"))))
+            escape("%s -> parent %s (%s link)" % (label(by[c]), label(by[p]), _link_label(link)))))
     out.append('</g>')
     if loose:
         out.append('<text x="4" y="%.1f" font-size="12" fill="#4a5568">Not in a tree at the end '
@@ -394,7 +444,8 @@ def legend_html():
     for status in ("healthy", "degraded", "broken", "unknown"):
         items.append('<span class="lg"><svg width="14" height="14"><circle cx="7" cy="7" r="5" fill="%s" '
                      'stroke="#1a202c" stroke-width="0.8"/></svg> %s</span>' % (STATUS_FILL[status], status))
-    for name, (col, dash) in (("Wi-Fi link", LINKS["wifi"]), ("BLE link", LINKS["ble"]), ("other link", OTHER_LINK)):
+    for name, (col, dash) in (("Wi-Fi link (TCP)", LINKS["wifi"]), ("BLE link", LINKS["ble"]),
+                              ("link of unknown type", OTHER_LINK)):
         items.append('<span class="lg"><svg width="34" height="10"><line x1="1" y1="5" x2="33" y2="5" stroke="%s" '
                      'stroke-width="2.4"%s/></svg> %s</span>' % (col, ' stroke-dasharray=%s' % quoteattr(dash)
                                                               if dash else "", name))
