@@ -63,6 +63,16 @@ def _check_listen(node, listen):
     raise DeviceError("cannot listen on %s:%d: %s" % (listen[0], listen[1], why))
 
 
+def _listen_scope(name, where):
+    """What a listener on `where` ("HOST:PORT") is open to, for the line
+    that prints it: every interface is said out loud."""
+    host, _, port = str(where).rpartition(":")
+    if name == "static" and host in ("0.0.0.0", "::", ""):
+        return (" (every interface: other machines can connect; --listen 127.0.0.1:%s keeps it to this "
+                "machine)" % port)
+    return ""
+
+
 def _check_profile_file(profile):
     """A profile given as a file is checked here, where the parser says
     where it is wrong (MicroPython's only says "syntax error in JSON")."""
@@ -101,11 +111,14 @@ def register(subparsers):
         "node", help="run a firmware node on the MicroPython unix port (join a mesh from this machine)",
         description="Start the snakemesh firmware on the MicroPython unix port. Prints the node's "
                     "public key and console URL; Ctrl-C stops it.")
-    key = p.add_mutually_exclusive_group(required=True)
+    # one of the two is required; run() says so with the way to make a key
+    key = p.add_mutually_exclusive_group()
     key.add_argument("--seed", metavar="HEX", help="node seed, 64 hex digits (prefer --key-file)")
     key.add_argument("--key-file", metavar="FILE", help="node key file (from `snakemesh keygen`)")
-    p.add_argument("--listen", type=_hostport, metavar="HOST:PORT",
-                   help="static TCP listener for peers that --connect here")
+    p.add_argument("--listen", type=_hostport, metavar="[HOST:]PORT",
+                   help="static TCP listener for peers that --connect here; a bare PORT listens on every "
+                        "interface (0.0.0.0), as a node that other machines join needs; 127.0.0.1:PORT "
+                        "keeps it to this machine")
     p.add_argument("--connect", type=_hostport, action="append", default=[], metavar="HOST:PORT",
                    help="static peer to dial (repeatable)")
     p.add_argument("--no-multicast", action="store_true", help="no LAN multicast discovery")
@@ -130,6 +143,9 @@ def register(subparsers):
 def run(args):
     from host_tools.nodeproc import NodeProcess, build_mpy
     seed = None
+    if args.seed is None and args.key_file is None:
+        raise UsageError("a node needs a key: --key-file FILE (make one with `snakemesh keygen --out FILE`) "
+                         "or --seed HEX")
     if args.seed is not None:
         seed = keystore.parse_seed_text(args.seed, "--seed")
     if args.console_port is not None and not 0 <= args.console_port <= 65535:
@@ -168,7 +184,7 @@ def run(args):
             print("console %s" % tap.console_url)
         listen = node.boot.get("listen") or {}
         for name in sorted(listen):
-            print("listen %s %s" % (name, listen[name]))
+            print("listen %s %s%s" % (name, listen[name], _listen_scope(name, listen[name])))
         warnings = list(node.boot.get("warnings") or [])
         w = key_policy_warning(args.profile, node.pubkey)
         if w:

@@ -172,3 +172,28 @@ def test_first_write_failing_on_a_dialled_link_is_a_dial_failure(outbound, link_
     assert link.closed
     if dial_fail:
         assert logs == ["dial failed: tcp 10.0.0.5:7000 refused the connection"]
+
+
+# ------------------------------------ a newcomer's first `snakemesh node` (issue 30) --
+
+def test_node_without_a_key_says_how_to_make_one():
+    r = cli("node", "--no-multicast")
+    assert r.returncode == 2, r
+    assert r.stderr.strip() == ("snakemesh: error: a node needs a key: --key-file FILE (make one with "
+                                "`snakemesh keygen --out FILE`) or --seed HEX")
+
+
+def test_listen_on_a_bare_port_says_it_is_every_interface():
+    port = free_port()
+    with at_terminal("node", "--seed", SEED_A, "--listen", str(port), "--no-multicast", "-q") as a:
+        a.expect(r"listen static 0\.0\.0\.0:%d \(every interface: other machines can connect; --listen "
+                 r"127\.0\.0\.1:%d keeps it to this machine\)\n" % (port, port))
+        a.expect(r"running; Ctrl-C stops the node\n")
+        a.interrupt()
+        assert a.wait() == 0
+    port = free_port()
+    with at_terminal("node", "--seed", SEED_A, "--listen", "127.0.0.1:%d" % port, "--no-multicast", "-q") as a:
+        a.expect(r"running; Ctrl-C stops the node\n")
+        a.interrupt()
+        assert a.wait() == 0
+        assert "listen static 127.0.0.1:%d\n" % port in a.text and "every interface" not in a.text

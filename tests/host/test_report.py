@@ -143,16 +143,93 @@ def test_capacity_warnings_come_from_the_summary_only():
     level, codes, judged = judge(rows)
     assert level == "healthy" and codes["capacity"] == "healthy"
     warn = [{"node": rows[1]["node"], "name": "n1", "table": "peers", "used": 16, "capacity": 16, "refused": 2}]
-    level, codes, judged = judge(rows, capacity_warnings=warn)
+    # refusals while the mesh lost something (here: delivery) degrade
+    level, codes, judged = judge(rows, capacity_warnings=warn, pings=100, pings_ok=90, ping_delivery_ratio=0.9)
     assert (level, codes["capacity"]) == ("degraded", "degraded")
     assert [r["status"] for r in judged] == ["healthy", "degraded", "healthy", "healthy"]
-    assert judged[1]["issues"][0]["text"] == "peers table 16/16, 2 refused"
+    assert judged[1]["issues"][0]["text"] == "peers table 16/16, 2 refused while ping delivery is 90.0%"
     s = _summary()
     del s["capacity_warnings"]
     assert health.capacity_warnings(s) == []
     rows = [_row(i) for i in range(4)]
     assert dict((x["code"], x["level"]) for x in health.verdict(s, health.judge_nodes(rows, s))[1])["capacity"] \
         == "note"
+
+
+def test_capacity_is_judged_by_what_it_did_to_the_mesh():
+    """A mesh sized to its profile (the rgg:250 ESP32_GENERIC run): peers
+    tables full on many nodes, some refused entries, 100% delivery and a
+    correct snake. That is healthy; the refusals are shown, worst first."""
+    rows = [_row(i) for i in range(20)]
+    full = [{"node": rows[i]["node"], "name": "n%d" % i, "table": "peers", "used": 8, "capacity": 8, "refused": 0}
+            for i in range(0, 12)]
+    level, codes, judged = judge(rows, capacity_warnings=full)
+    assert (level, codes["capacity"]) == ("healthy", "healthy"), codes
+    assert all(r["status"] == "healthy" for r in judged)
+    reasons = health.verdict(_summary(capacity_warnings=full), judged)[1]
+    assert [x["text"] for x in reasons if x["code"] == "capacity"] == ["peers table full on 12 nodes, nothing refused"]
+    # some of them refused entries; nothing was lost: still healthy, most refused named first
+    refusing = [dict(w, refused=(9 if i == 6 else 2 if i == 3 else 0)) for i, w in enumerate(full)]
+    for i, w in enumerate(refusing):
+        rows[i]["capacity"] = {"peers": {"used": 8, "capacity": 8, "max_used": 8, "refused": w["refused"]}}
+    level, codes, judged = judge(rows, capacity_warnings=refusing, snake_correct_ratio_final=1.0)
+    assert (level, codes["capacity"]) == ("healthy", "healthy"), codes
+    reasons = health.verdict(_summary(capacity_warnings=refusing), judged)[1]
+    text = [x["text"] for x in reasons if x["code"] == "capacity"][0]
+    assert text.startswith("peers table refused 11 entries on 2 nodes (n6, n3)"), text
+    # worst first is by severity: n6 (9 refused) before n3 (2) before n0 (0), not by name
+    order = [r["name"] for r in health.sort_worst_first(judged)]
+    assert order.index("n6") < order.index("n3") < order.index("n0"), order
+    # the same refusals with routes lost to full tables: degraded
+    level, codes, judged = judge(rows, capacity_warnings=refusing, drops_by_reason={"route_table_full": 40})
+    assert codes["capacity"] == "degraded"
+    # ... or with a snake that is not right at the end
+    level, codes, judged = judge(rows, capacity_warnings=refusing, snake_correct_ratio_final=0.9)
+    assert codes["capacity"] == "degraded"
+
+
+def test_a_capture_of_a_settled_mesh_says_it_was_already_converged():
+    rows = [_row(i) for i in range(5)]
+    s = _summary(epochs=[{"tree_converged_s": 0.03, "snake_converged_s": 0.03}], tree_agreed_from_start=True,
+                 snake_correct_from_start=True)
+    level, reasons = health.verdict(s, health.judge_nodes(copy.deepcopy(rows), s))
+    texts = dict((x["code"], x["text"]) for x in reasons)
+    assert texts["tree"] == "spanning tree already agreed when recording began, and held"
+    assert "already when recording began" in texts["snake"] and "0.03" not in texts["snake"]
+    # a run that converged during the recording keeps its time
+    s = _summary(epochs=[{"tree_converged_s": 2.5, "snake_converged_s": 3.0}], tree_agreed_from_start=False)
+    texts = dict((x["code"], x["text"]) for x in health.verdict(s, health.judge_nodes(copy.deepcopy(rows), s))[1])
+    assert texts["tree"] == "spanning tree agreed 2.50 s after the start"
+
+
+def test_epoch_table_collapses_bursts_that_never_converged():
+    from host_tools.pipeline import report
+    ep = [{"epoch": i, "start_s": i * 0.004, "end_s": (i + 1) * 0.004, "components": 1, "links": 905 - i,
+           "nodes_down": 0, "tree_converged_s": None, "snake_converged_s": None} for i in range(116)]
+    ep.append({"epoch": 116, "start_s": 0.464, "end_s": 120.0, "components": 1, "links": 763, "nodes_down": 0,
+               "tree_converged_s": 2.5, "snake_converged_s": 15.5})
+    rows = report._epoch_rows(ep)
+    assert rows == [("0-115 (116)", 0.0, 0.464, 1, "790-905", 0, "not in this epoch", "not in this epoch"),
+                    ("116", 0.464, 120.0, 1, 763, 0, 2.5, 15.5)]
+
+
+def test_every_tcp_link_is_wifi_in_the_drawings_and_the_node_table():
+    from host_tools import render
+    assert [render.link_label(k) for k in ("wifi", "remote", "bonjour", "ble", None)] == \
+        ["Wi-Fi", "Wi-Fi", "Wi-Fi", "BLE", "unknown"]
+    keys = ["%02x" % i * 32 for i in (1, 2, 3)]
+    rows = [dict(_row(0), node=keys[0], parent=None), dict(_row(1), node=keys[1], parent=keys[0]),
+            dict(_row(2), node=keys[2], parent=keys[0])]
+    s = _summary()
+    health.judge_nodes(rows, s)
+    svg = topo_svg.tree_svg(rows, [(keys[0], keys[1], "remote"), (keys[0], keys[2], "ble")])
+    assert "(Wi-Fi link)" in svg and "(BLE link)" in svg and "remote" not in svg
+    assert topo_svg.LINKS["wifi"][0] in svg
+    assert "other link" not in topo_svg.legend_html()
+    from host_tools.pipeline import report
+    rows[1]["links"] = {"remote": 2, "ble": 1}
+    html = report._node_table(rows, report._node_columns(rows), dict((r["node"], r) for r in rows), "nodes")
+    assert "BLE 1, Wi-Fi 2" in html and "remote" not in html
 
 
 def test_names_short_keys_and_nan():
