@@ -44,6 +44,12 @@ class GarbageError(DeviceError):
     pass
 
 
+# The first bytes a node's peer port (--listen, a static TCP listener) sends:
+# its handshake, version 1 and capabilities 0x3b (docs/spec, wire.py). A
+# console client that sees them was pointed at the wrong port.
+PEER_HANDSHAKE_HEAD = b"\x01\x00\x00\x00\x00\x00\x00\x3b"
+
+
 def _describe_bytes(sample):
     text = repr(bytes(sample[:80]))
     return "first bytes received: " + text + (" ..." if len(sample) > 80 else "")
@@ -54,7 +60,18 @@ def open_serial(port, timeout=_POLL, serial_module=None):
     if serial_module is None:
         import serial as serial_module
     try:
-        return serial_module.serial_for_url(port, baudrate=BAUDRATE, timeout=timeout, exclusive=True)
+        if not str(port).startswith("socket://"):
+            return serial_module.serial_for_url(port, baudrate=BAUDRATE, timeout=timeout, exclusive=True)
+        # pyserial drops what a socket sent on connect; a node's peer port
+        # sends its handshake then, which is how ConsoleClient.open tells
+        # one from a console: keep it for the client to look at
+        ser = serial_module.serial_for_url(port, baudrate=BAUDRATE, timeout=timeout, do_not_open=True)
+        ser.reset_input_buffer = lambda: None
+        try:
+            ser.open()
+        finally:
+            del ser.reset_input_buffer
+        return ser
     except ValueError as e:
         raise DeviceError("invalid port %s: %s" % (port, e)) from e
     except (OSError, serial_module.SerialException) as e:
@@ -110,10 +127,37 @@ class ConsoleClient(object):
             # what waits in the input queue was meant for someone else (a
             # previous client's late replies would match our ids)
             try:
+                self._check_peer_port(self._drain())
+            except DeviceError:
+                self.close()
+                raise
+        return self
+
+    def _drain(self):
+        """Read and return what waits in the input queue (to be dropped)."""
+        data = bytearray()
+        try:
+            for _ in range(1024):
+                n = self.ser.in_waiting
+                if not n:
+                    break
+                got = self.ser.read(n)
+                if not got:
+                    break
+                data += got
+        except Exception:
+            try:
                 self.ser.reset_input_buffer()
             except Exception:
                 pass
-        return self
+        return bytes(data)
+
+    def _check_peer_port(self, data):
+        if data[:len(PEER_HANDSHAKE_HEAD)] == PEER_HANDSHAKE_HEAD:
+            raise DeviceError("%s is not a console: it is a Pinecone peer port (a node's --listen port; it "
+                              "sent a peer handshake). Open the node's console instead: the `console` line "
+                              "`snakemesh node` prints (--console-port N serves it on socket://127.0.0.1:N)"
+                              % self.port)
 
     def close(self):
         if self.ser is not None:
@@ -157,9 +201,13 @@ class ConsoleClient(object):
         return data
 
     def _note_rx(self, data):
+        before = self.rx_bytes
         self.rx_bytes += len(data)
         if len(self.sample) < 256:
             self.sample += data[:256 - len(self.sample)]
+        # the first bytes may come in pieces: judge them once there are enough
+        if before < len(PEER_HANDSHAKE_HEAD) <= self.rx_bytes and not self.protocol_lines:
+            self._check_peer_port(bytes(self.sample))
 
     def raw_lines(self, deadline):
         """Yield complete lines (bytes, without CR/LF) until `deadline`."""

@@ -300,6 +300,12 @@ class Console(object):
         if reply.get("ok") is False and not (cmd == "trace" and "hops" in reply):
             self.failed = True
         self.emit(self.format_reply(reply, header))
+        if cmd == "ping" and reply.get("ok") is not False and not self.json_out \
+                and not render.ping_summary(render.strip_envelope(reply))[1]:
+            try:
+                self.emit(names_mod.no_answer(words[1], names_mod.node_keys(self.session)))
+            except CliError:
+                pass
         return True
 
     def run(self):

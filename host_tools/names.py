@@ -187,6 +187,23 @@ def node_keys(client):
     return keys
 
 
+def no_answer(key, known):
+    """Why no probe to `key` came back, as far as the node can tell:
+    `known` is node_keys() of the node that sent them (None: not asked).
+    A key the node knows (a peer, route, tree node) is unreachable now; a
+    key it has never heard of may belong to no node at all."""
+    what = (known or {}).get(key.lower()) if known is not None else None
+    if what == "this node":
+        return "no answer from this node's own key"
+    if what:
+        return ("no answer: the node knows %s (%s) but it is unreachable now (gone, or its replies are lost)"
+                % (key[:16], what))
+    if known is not None:
+        return ("no node answered for %s: the node has never heard of this key (no peer, route or tree node "
+                "has it), so it may belong to no node in this mesh; check the key" % key[:16])
+    return "no node answered for %s" % key[:16]
+
+
 def _listing(keys, names, limit=6):
     items = sorted(keys)
     shown = []

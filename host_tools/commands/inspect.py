@@ -129,12 +129,20 @@ def run_ping(args):
         key = resolve_key(c, args.key, names)
         # The node sends the probes; allow it about a second per probe.
         reply = c.request("ping", key, args.count, timeout=args.timeout + args.count)
-    d = strip_envelope(reply)
-    _, received = ping_summary(d)
+        d = strip_envelope(reply)
+        _, received = ping_summary(d)
+        why = None
+        if not received and not args.json:
+            try:
+                why = names_mod.no_answer(key, names_mod.node_keys(c))
+            except CliError:
+                why = names_mod.no_answer(key, None)
     if args.json:
         _print_json(reply)
     else:
         print(render_ping(d, args.wide, names, header="ping %s from %s" % (_dest(key, names), args.port)))
+        if why:
+            print(why)
     return 0 if received else 1
 
 

@@ -105,10 +105,10 @@ def test_peers_table(pty_node, capfd):
     rc, out, _ = run(capfd, "peers", "--port", pty_node.port)
     assert rc == 0
     assert out.splitlines() == [
-        "PORT  KEY               LINK  ROOT              ROOT_SEQ  COORDS",
-        "----  ----------------  ----  ----------------  --------  -------",
-        "1     7f11111111111111  wifi  7f11111111111111  7         [1]",
-        "2     3c22222222222222  ble   7f11111111111111  7         [1,2,1]",
+        "PORT  KEY               LINK   ROOT              ROOT_SEQ  COORDS",
+        "----  ----------------  -----  ----------------  --------  -------",
+        "1     7f11111111111111  Wi-Fi  7f11111111111111  7         [1]",
+        "2     3c22222222222222  BLE    7f11111111111111  7         [1,2,1]",
     ]
     rc, out, _ = run(capfd, "peers", "--port", pty_node.port, "--wide")
     assert PEER_KEYS[1] in out
@@ -214,7 +214,7 @@ def test_console_from_a_pipe(pty_node, monkeypatch, capfd):
     lines = out.splitlines()
     assert lines[0] == "key       " + DEFAULT_KEY and "mem_free  51234" in lines
     assert "commands: help version status peers tree snake routes stats ping trace telemetry" in lines
-    assert lines[-1].split() == ["2", "3c22222222222222", "ble", "7f11111111111111", "7", "[1,2,1]"]
+    assert lines[-1].split() == ["2", "3c22222222222222", "BLE", "7f11111111111111", "7", "[1,2,1]"]
     assert [l.split(" ", 1)[1] for l in pty_node.received] == ["status", "help", "peers"]
 
 

@@ -197,3 +197,34 @@ def test_listen_on_a_bare_port_says_it_is_every_interface():
         a.interrupt()
         assert a.wait() == 0
         assert "listen static 127.0.0.1:%d\n" % port in a.text and "every interface" not in a.text
+
+
+def test_a_full_key_no_node_has_and_a_peer_port_given_as_console():
+    port = free_port()
+    with at_terminal("node", "--seed", SEED_A, "--listen", "127.0.0.1:%d" % port, "--no-multicast", "-q") as a:
+        con = a.expect(r"console (/dev/pts/\d+)\n").group(1)
+        a.expect(r"running; Ctrl-C stops the node\n")
+        # a well-formed key that no node has: not "100% loss" alone, but why
+        nobody = "c0ffee" + "00" * 29
+        r = cli("ping", "--port", con, nobody, "-c", "1")
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert ("no node answered for %s: the node has never heard of this key (no peer, route or tree node "
+                "has it), so it may belong to no node in this mesh; check the key" % nobody[:16]) in r.stdout, \
+            r.stdout
+        # the peer port is not a console: said at once, not after a 5 s timeout
+        t0 = time.monotonic()
+        r = cli("status", "--port", "socket://127.0.0.1:%d" % port)
+        assert r.returncode != 0
+        assert r.stderr.startswith("snakemesh: error: socket://127.0.0.1:%d is not a console: it is a Pinecone "
+                                   "peer port" % port), r.stderr
+        assert time.monotonic() - t0 < 4.5, "waited for a timeout instead of reading the handshake"
+        a.interrupt()
+        assert a.wait() == 0
+
+
+def test_no_answer_tells_unknown_from_unreachable():
+    from host_tools import names
+    k = "ab" * 32
+    assert "unreachable now" in names.no_answer(k, {k: "route"})
+    assert "never heard of this key" in names.no_answer(k, {})
+    assert names.no_answer(k, None) == "no node answered for %s" % k[:16]

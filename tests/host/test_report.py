@@ -228,6 +228,8 @@ def test_every_tcp_link_is_wifi_in_the_drawings_and_the_node_table():
     assert "other link" not in topo_svg.legend_html()
     from host_tools.pipeline import report
     rows[1]["links"] = {"remote": 2, "ble": 1}
+    for r in rows:
+        r["short"] = r["node"][:8]
     html = report._node_table(rows, report._node_columns(rows), dict((r["node"], r) for r in rows), "nodes")
     assert "BLE 1, Wi-Fi 2" in html and "remote" not in html
 
