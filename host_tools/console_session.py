@@ -16,6 +16,7 @@ One reader thread owns the serial line: it matches replies to requests by
 their id and hands everything else to the printer, so requests the
 session makes itself (the key lookup of a prefix) never lose a line.
 """
+import difflib
 import json
 import os
 import sys
@@ -31,6 +32,35 @@ LOCAL_COMMANDS = ("quit", "exit")
 HISTORY_ENV = "SNAKEMESH_HISTORY"
 HISTORY_LEN = 1000
 KEY_COMMANDS = ("ping", "trace")
+# What `help` shows for each command (firmware/snake/console.py answers
+# `help` with the names only, to keep its text off the board's heap).
+HELP = {
+    "help": ("help [COMMAND]", "list the commands, or say how to use one"),
+    "version": ("version", "firmware version, board, platform and crypto backend"),
+    "status": ("status", "this node: key, root, parent, depth, peers, routes, uptime, free memory"),
+    "peers": ("peers", "the links that are up: port, peer key, link type, the peer's root"),
+    "tree": ("tree", "the spanning tree as this node sees it: root, parent, depth, ancestors"),
+    "snake": ("snake", "the descending neighbour (the next lower key) and the number of routes"),
+    "routes": ("routes", "the snake routes this node holds"),
+    "stats": ("stats", "counters: frames, traffic, drops by reason, signature checks, links, tables, memory"),
+    "mem": ("mem", "free heap now, and what each part of the firmware took at boot"),
+    "ping": ("ping KEY [COUNT]", "send COUNT probes (default 3) to KEY and show the round trips; KEY is a "
+                                 "full key, a prefix of 8+ hex digits or a --names name"),
+    "trace": ("trace KEY", "the hops a probe takes to KEY, with their round-trip times"),
+    "telemetry": ("telemetry SECONDS|off", "print the node's state, counters and peers every SECONDS "
+                                           "(events as they happen); off stops it"),
+    "quit": ("quit", "leave the console (also exit or Ctrl-D)"),
+}
+
+
+def _did_you_mean(word, commands):
+    """The command `word` is most likely a typo of, or None: swapped letters
+    first (stauts -> status), then the closest spelling."""
+    close = difflib.get_close_matches(word, commands, n=3, cutoff=0.6)
+    for c in close:
+        if sorted(c) == sorted(word):
+            return c
+    return close[0] if close else None
 
 
 class Session(object):
@@ -132,7 +162,9 @@ class Console(object):
         self.tty = self.stdin.isatty() and self.out.isatty()
         self.readline = None
         self.prompt = "snakemesh> "
-        self.in_prompt = False
+        self.in_prompt = False        # the prompt is on the screen (input() waits for a line)
+        self.prompting = False        # input() was called; the prompt may not be drawn yet
+        self.redraw = False
         self.print_lock = threading.Lock()
         self.commands = list(render.RENDERERS)
         self.session = Session(client, self.on_other)
@@ -143,12 +175,28 @@ class Console(object):
     def emit(self, text):
         """Print `text` (lines); above the prompt while one is shown."""
         with self.print_lock:
-            if self.in_prompt and self.readline is not None:
-                buf = self.readline.get_line_buffer()
+            if self.in_prompt:
+                # the prompt is on the screen: the text goes above it, then
+                # the prompt and what was typed so far are drawn again
+                buf = self.readline.get_line_buffer() if self.readline is not None else ""
                 self.out.write("\r\x1b[K" + text + "\n" + self.prompt + buf)
+            elif self.prompting:
+                # input() is drawing the prompt right now: the text goes on
+                # a clean line and the prompt is drawn again once it is up
+                self.out.write("\r\x1b[K" + text + "\n")
+                self.redraw = True
             else:
                 self.out.write(text + "\n")
             self.out.flush()
+
+    def _prompt_shown(self):
+        """readline's pre-input hook: the prompt is on the screen now."""
+        with self.print_lock:
+            self.in_prompt = True
+            if self.redraw:
+                self.out.write("\r\x1b[K" + self.prompt + (self.readline.get_line_buffer() if self.readline else ""))
+                self.out.flush()
+            self.redraw = False
 
     def on_other(self, kind, obj):
         if kind == "error":
@@ -199,6 +247,7 @@ class Console(object):
         readline.set_completer(self.complete)
         readline.set_completer_delims(" \t")
         readline.parse_and_bind("tab: complete")
+        readline.set_pre_input_hook(self._prompt_shown)
 
     def save_history(self):
         if self.readline is not None:
@@ -226,14 +275,20 @@ class Console(object):
         if not self.tty:
             line = self.stdin.readline()
             return None if not line else line.rstrip("\r\n")
-        self.in_prompt = True
+        with self.print_lock:
+            self.redraw = False
+            if self.readline is None:
+                self.in_prompt = True      # no hook to tell: input() draws it at once
+            else:
+                self.prompting = True      # until readline's pre-input hook says it is drawn
         try:
             return input(self.prompt)
         except EOFError:
             self.out.write("\n")
             return None
         finally:
-            self.in_prompt = False
+            with self.print_lock:
+                self.in_prompt = self.prompting = False
 
     # -- the session -------------------------------------------------------------
     def greet(self):
@@ -256,6 +311,27 @@ class Console(object):
                                                   render.short(st.get("root"), False, self.names),
                                                   render.num(st.get("peers", 0))))
 
+    def help_text(self, args):
+        """`help`: every command with one line; `help CMD`: its usage."""
+        cmds = [c for c in self.commands if c != "help"] + ["help", "quit"]
+        if args:
+            cmd = args[0]
+            if cmd == "exit":
+                cmd = "quit"
+            if cmd in HELP and (cmd in self.commands or cmd in ("help", "quit")):
+                usage, what = HELP[cmd]
+                return "%s\n  %s" % (usage, what)
+            close = _did_you_mean(cmd, cmds)
+            self.failed = True
+            return "error: help: no command %s%s (help lists commands)" % (
+                cmd, "; did you mean %s?" % close if close else "")
+        width = max(len(HELP.get(c, (c, ""))[0]) for c in cmds)
+        lines = ["commands (help COMMAND for one):"]
+        for c in cmds:
+            usage, what = HELP.get(c, (c, "(no description: a command of a newer firmware)"))
+            lines.append("  %-*s  %s" % (width, usage, what))
+        return "\n".join(lines)
+
     def handle(self, line):
         words = line.split()
         if not words:
@@ -266,6 +342,16 @@ class Console(object):
             self.session.c.send_line(line)
             return True
         cmd = words[0]
+        if cmd == "help" and not self.json_out:
+            self.emit(self.help_text(words[1:]))
+            return True
+        known = list(self.commands) + list(LOCAL_COMMANDS)
+        if cmd not in known:
+            close = _did_you_mean(cmd, known)
+            if close:      # a typo: say what was meant (anything else is the node's to answer)
+                self.failed = True
+                self.emit("error: %s: unknown command; did you mean %s? (help lists commands)" % (cmd, close))
+                return True
         header = None
         timeout = self.timeout
         if cmd in KEY_COMMANDS and len(words) >= 2:

@@ -5,6 +5,7 @@ prefixes and names for ping/trace, what the node says on its own (a peer
 coming up) printed above the prompt while the user types, --json for raw
 replies. Against real unix-port firmware nodes."""
 import json
+import re
 import os
 import sys
 import time
@@ -132,3 +133,39 @@ def test_disconnect_ends_the_session_with_one_error(tmp_path, env):
             assert t.text.strip().splitlines()[-1].startswith("snakemesh: error: %s disconnected" % n.pty_path)
     finally:
         n.stop()
+
+
+def test_help_lists_commands_with_descriptions_and_typos_get_a_suggestion(env):
+    """A newcomer at the console: `help` says what each command does, `help
+    ping` how to use it, a typo gets "did you mean", and `telemetry 1`
+    prints its records above the prompt, never after it on the same line."""
+    a = NodeProcess(seed=SEED_A, multicast=False).start()
+    try:
+        prompt = a.pubkey[:8] + "> "
+        with snakemesh("console", "--port", a.pty_path, env=env) as t:
+            t.expect(prompt)
+            t.sendline("help")
+            m = t.expect(r"commands \(help COMMAND for one\):\n((?:  .*\n)+)" + prompt)
+            lines = m.group(1).splitlines()
+            assert any(re.match(r"  ping KEY \[COUNT\] +send COUNT probes", x) for x in lines), lines
+            assert any(re.match(r"  status +this node: key, root", x) for x in lines), lines
+            assert lines[-1].split()[0] == "quit" and all(len(x.split()) > 2 for x in lines), lines
+            t.sendline("help ping")
+            t.expect(r"ping KEY \[COUNT\]\n  send COUNT probes \(default 3\) to KEY.*\n" + prompt)
+            t.sendline("stauts")
+            t.expect(r"error: stauts: unknown command; did you mean status\? \(help lists commands\)\n" + prompt)
+            t.sendline("help pnig")
+            t.expect(r"error: help: no command pnig; did you mean ping\? \(help lists commands\)\n" + prompt)
+            t.sendline("telemetry 1")
+            t.expect(r"telemetry every 1 s\n")
+            t.expect(r"peers %s none\n" % a.pubkey[:16], 10)
+            t.expect(r"peers %s none\n" % a.pubkey[:16], 10)
+            t.sendline("telemetry off")
+            t.expect(r"telemetry off\n")
+            t.sendline("quit")
+            assert t.wait() == 0
+            for line in t.text.splitlines():
+                rest = line[len(prompt):] if line.startswith(prompt) else ""
+                assert not rest.startswith(("state ", "counters ", "peers ")), repr(line)
+    finally:
+        a.stop()
