@@ -242,6 +242,10 @@ def spark_errors(watch=None):
                 break
         if "FileNotFoundException" in text or "PATH_NOT_FOUND" in text:
             raise InputError("input vanished while reading: %s" % first[:300])
+        if "JAVA_GATEWAY_EXITED" in text:
+            from host_tools.pipeline.session import JAVA_HINT
+            raise EngineError("Spark could not start Java (`java -version` must say 17): %s; Spark log: %s"
+                              % (JAVA_HINT, spark_log_path()))
         raise CliError("Spark failed: %s (%s; Spark log: %s)" % (first[:300], type(e).__name__, spark_log_path()))
 
 

@@ -144,6 +144,23 @@ def quiet_imports():
         root.addHandler(logging.NullHandler())
 
 
+JAVA_HINT = ("install a Java 17 runtime (Debian/Ubuntu: sudo apt-get install openjdk-17-jre-headless; "
+             "macOS: brew install openjdk@17) or point JAVA_HOME at one")
+
+
+def check_java():
+    """Spark starts a `java` (JAVA_HOME's, else the PATH's): say so in one
+    line when there is none, before PySpark fails with JAVA_GATEWAY_EXITED
+    (a java that is there but does not start: spark_errors)."""
+    import shutil
+    from host_tools.errors import EngineError
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.path.isfile(java):
+        where = ("JAVA_HOME=%s has no bin/java" % home) if home else "no `java` on the PATH"
+        raise EngineError("Java 17 not found (%s): Spark needs it; %s" % (where, JAVA_HINT))
+
+
 def get_session(master=None, conf=None, app_name="snakemesh-analyze", quick_jit=False, small_input=None):
     """Return a SparkSession (reusing an active one). `master` None means
     local[2], unless running under spark-submit (then its master is kept).
@@ -165,6 +182,8 @@ def get_session(master=None, conf=None, app_name="snakemesh-analyze", quick_jit=
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    if not under_submit:
+        check_java()
     b = SparkSession.builder.appName(app_name)
     if master:
         b = b.master(master)
