@@ -64,6 +64,33 @@ def _count_lines(path):
         return 0
 
 
+def run_child(cmd, env, grace=30.0):
+    """subprocess.run(cmd, stdout=PIPE) that lets the child clean up on
+    Ctrl-C: the terminal sent it SIGINT too, so wait for it to stop its
+    Spark JVM and remove its partial output (subprocess.run would SIGKILL
+    it at once, leaving both behind); then SIGINT, SIGTERM, SIGKILL."""
+    import signal
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        out, _ = proc.communicate()
+    except KeyboardInterrupt:
+        # a Ctrl-C at the terminal reached the child too; a SIGINT sent to
+        # this process alone did not: pass it on if the child runs on
+        for sig, wait in ((None, 5.0), (signal.SIGINT, grace), (signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+            if sig is not None:
+                proc.send_signal(sig)
+            try:
+                proc.communicate(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+            except KeyboardInterrupt:     # a second Ctrl-C: stop waiting so long
+                grace = 0
+                continue
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
+
+
 def run(args):
     from host_tools.commands import mesh as mesh_cmd
     from host_tools.commands.mesh import percent
@@ -92,7 +119,7 @@ def run(args):
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     # its progress lines (stderr) show as they come; its summary (stdout) is
     # shown below in percentages
-    r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    r = run_child(cmd, env)
     if r.returncode != 0:
         sys.stdout.write(r.stdout)
         raise CliError("the analysis pipeline failed (exit %d)" % r.returncode)

@@ -330,6 +330,7 @@ def analyze(input_paths, out_dir, master=None, topology_file=None, conf=None, sp
     out = output.AtomicDir(out_dir)
     size = input_size(res.files, res.remote)
     watch = JvmWatch(input_size(res.files, ()), driver_memory(master, conf))
+    own_session = spark is None and "PYSPARK_GATEWAY_PORT" not in os.environ
     try:
         with spark_errors(watch):
             t_session = None
@@ -349,9 +350,35 @@ def analyze(input_paths, out_dir, master=None, topology_file=None, conf=None, sp
         output.write_json(out.path("summary.json"), summary)
         summary["out"] = out.commit()
         return summary
-    except BaseException:
+    except BaseException as e:
         out.abort()
+        if isinstance(e, KeyboardInterrupt) and own_session:
+            stop_jvm(watch)
         raise
+
+
+def stop_jvm(watch, wait=5.0):
+    """Stop the local JVM this process started (Ctrl-C: PySpark starts it
+    ignoring SIGINT, so it would outlive us for as long as its shutdown
+    takes): SIGTERM, then SIGKILL after `wait` seconds."""
+    proc = watch.proc
+    if proc is None:        # interrupted while the session was starting
+        try:
+            from pyspark import SparkContext
+            proc = SparkContext._gateway.proc
+        except AttributeError:
+            proc = None
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        proc.terminate()
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=wait)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
 
 
 def collect_sections(sections):

@@ -18,6 +18,33 @@ def is_analysis_dir(path):
     return os.path.isfile(os.path.join(path, MARKER))
 
 
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:         # another user's process: alive
+        return True
+    return True
+
+
+def clean_stale(parent, name):
+    """Remove the `.NAME.partial-PID` / `.NAME.old-PID` folders in `parent`
+    that a run which is gone left behind (killed, or interrupted before it
+    could clean up); those of a running process stay."""
+    prefix = "." + name + "."
+    try:
+        entries = os.listdir(parent)
+    except OSError:
+        return
+    for e in entries:
+        if not e.startswith(prefix):
+            continue
+        kind, _, pid = e[len(prefix):].rpartition("-")
+        if kind in ("partial", "old") and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(parent, e), ignore_errors=True)
+
+
 class AtomicDir(object):
     def __init__(self, final, replace_if=is_analysis_dir, what="output folder"):
         if "://" in final:
@@ -35,6 +62,7 @@ class AtomicDir(object):
             raise InputError("%s: cannot create (%s)" % (parent, e.strerror or e))
         if not os.access(parent, os.W_OK):
             raise InputError("%s: folder is not writable" % parent)
+        clean_stale(parent, os.path.basename(self.final))
         self.tmp = os.path.join(parent, ".%s.partial-%d" % (os.path.basename(self.final), os.getpid()))
         if os.path.exists(self.tmp):
             shutil.rmtree(self.tmp, ignore_errors=True)

@@ -46,3 +46,78 @@ def test_a_java_that_does_not_start_is_named_not_java_gateway_exited(tmp_path, t
     assert r.stderr.startswith("snakemesh: error: Spark could not start Java (`java -version` must say 17): "
                                "install a Java 17 runtime"), r.stderr
     assert "Traceback" not in r.stderr
+
+
+def _descendants(pid):
+    """{pid: comm} of every live process below `pid` (Linux /proc)."""
+    kids = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] != "Z":
+            kids.setdefault(int(fields[1]), []).append((int(d), comm))
+    out, todo = {}, [pid]
+    while todo:
+        for child, comm in kids.get(todo.pop(), []):
+            out[child] = comm
+            todo.append(child)
+    return out
+
+
+def _alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ctrl_c_in_the_demos_spark_phase_leaves_no_java_and_no_partial_folder(tmp_path):
+    """Ctrl-C (SIGINT to the terminal's process group) while Spark runs:
+    the demo stops, its JVM is gone, and no `.analysis.partial-PID` is
+    left; one that an earlier killed run left is removed."""
+    pytest.importorskip("pyspark")
+    import signal
+    import time
+    out = tmp_path / "demo-out"
+    out.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = out / (".analysis.partial-%d" % dead.pid)
+    stale.mkdir()
+    topo = tmp_path / "two.txt"
+    topo.write_text("a b\n")
+    with open(tmp_path / "stderr", "w") as err:
+        p = subprocess.Popen([sys.executable, "-m", "host_tools.cli", "demo", "--out", str(out), "--topology",
+                              str(topo), "--duration", "1", "--pings", "1", "--traces", "0"],
+                             stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT, start_new_session=True)
+    try:
+        for line in p.stdout:
+            if "2/4 Spark pipeline" in line:
+                break
+        else:
+            pytest.fail("the demo never reached its Spark phase: %s" % open(tmp_path / "stderr").read())
+        java, end = [], time.monotonic() + 120
+        while not java and time.monotonic() < end:
+            java = [pid for pid, comm in _descendants(p.pid).items() if comm == "java"]
+            time.sleep(0.2)
+        assert java, "no Spark JVM started"
+        time.sleep(2)                                  # Spark is at work
+        os.killpg(p.pid, signal.SIGINT)                # Ctrl-C at the terminal
+        p.communicate(timeout=60)
+        end = time.monotonic() + 5
+        while any(_alive(j) for j in java) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not any(_alive(j) for j in java), "the Spark JVM outlived the interrupted demo"
+        assert not [e for e in os.listdir(str(out)) if ".partial-" in e], os.listdir(str(out))
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
