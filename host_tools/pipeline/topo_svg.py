@@ -209,6 +209,12 @@ def tree_svg(rows, edges, width=1100):
         big_r = (width / 2.0 - 70) * math.sqrt(size / float(main))
         big_r = max(big_r, min(width / 2.0 - 70, 40.0 * maxd))
         gap = min(big_r / maxd, 90.0)
+        # a ring must have room for its nodes side by side: a crowded one
+        # widens the rings (the drawing grows; the page scales it)
+        per_ring = {}
+        for d, _a in pol.values():
+            per_ring[d] = per_ring.get(d, 0) + 1
+        gap = max([gap] + [k * (2 * node_r + 3) / (2 * math.pi * d) for d, k in per_ring.items() if d])
         big_r = gap * maxd
         pol = _spread(pol, gap, 2 * node_r + 3)
         pts = dict((n, (d * gap * math.sin(a), -d * gap * math.cos(a))) for n, (d, a) in pol.items())
@@ -218,6 +224,7 @@ def tree_svg(rows, edges, width=1100):
     rings = []
     x = y = 0.0
     shelf_h = 0.0
+    canvas_w = float(width)     # wider when one tree needs more room than `width`
     for root, pts, w, h, gap in boxes:
         if x > 0 and x + w > width:
             x, y, shelf_h = 0.0, y + shelf_h, 0.0
@@ -227,6 +234,7 @@ def tree_svg(rows, edges, width=1100):
         maxd = int(round(max(math.hypot(px, py) for px, py in pts.values()) / gap)) if gap else 0
         rings.append((cx, cy, gap, maxd))
         x += w
+        canvas_w = max(canvas_w, x)
         shelf_h = max(shelf_h, h)
     y += shelf_h
     loose_y = None
@@ -243,7 +251,7 @@ def tree_svg(rows, edges, width=1100):
     link_of = {}
     for a, b, link in edges:
         link_of[tuple(sorted((a, b)))] = link
-    out = [_svg_head(width, height)]
+    out = [_svg_head(canvas_w, height)]
     # depth rings
     for cx, cy, gap, maxd in rings:
         for d in range(1, maxd + 1):
@@ -270,7 +278,7 @@ def tree_svg(rows, edges, width=1100):
     if loose:
         out.append('<text x="4" y="%.1f" font-size="12" fill="#4a5568">Not in a tree at the end '
                    '(down, no state record, or alone):</text>' % (loose_y + 2))
-    out.extend(_nodes_and_labels(rows, pos, node_r, roots, radial_center=None, size=(width, height)))
+    out.extend(_nodes_and_labels(rows, pos, node_r, roots, radial_center=None, size=(canvas_w, height)))
     out.append("</svg>")
     return "\n".join(out)
 

@@ -477,3 +477,28 @@ def test_report_without_state_probes_or_names_does_not_crash(spark, tmp_path):
     assert page.count("title='no state record from this node'>unknown</span>") >= 3 * 3
     assert "no pings" in page and not re.search(r"\bnan\b", re.sub(r"<[^>]+>", " ", page), re.I)
     assert os.path.isfile(os.path.join(os.path.dirname(path), "tree.svg"))
+
+
+def test_tree_nodes_near_the_root_do_not_pile_up():
+    """Leaf-weighted wedges give the root's many leaf children a short arc
+    next to one big subtree: the circles (and so their labels) must stay
+    apart."""
+    root = "ff" * 32
+    big = "fe" * 32
+    rows = [{"node": root, "name": "root", "state_records": 5, "records": 9, "depth": 0, "parent": None,
+             "root": root, "status": "healthy"},
+            {"node": big, "name": "hub", "state_records": 5, "records": 9, "depth": 1, "parent": root,
+             "root": root, "status": "healthy"}]
+    for i in range(40):
+        rows.append({"node": "%064x" % (i + 1), "name": "leaf%d" % i, "state_records": 5, "records": 9,
+                     "depth": 1, "parent": root, "root": root, "status": "healthy"})
+    for i in range(200):
+        rows.append({"node": "%064x" % (i + 1000), "name": "far%d" % i, "state_records": 5, "records": 9,
+                     "depth": 2, "parent": big, "root": root, "status": "healthy"})
+    svg = topo_svg.tree_svg(rows, [])
+    pts = [(float(x), float(y), float(r)) for x, y, r in
+           re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)" r="([\d.]+)" fill="#38a169"', svg)]
+    assert len(pts) == len(rows)
+    import math
+    closest = min(math.hypot(a[0] - b[0], a[1] - b[1]) for i, a in enumerate(pts) for b in pts[i + 1:])
+    assert closest >= 2 * pts[0][2], "node circles overlap (%.1f px apart)" % closest
