@@ -121,3 +121,31 @@ def test_ctrl_c_in_the_demos_spark_phase_leaves_no_java_and_no_partial_folder(tm
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+
+
+def test_analyze_names_and_percentages(tmp_path):
+    """`analyze --names` takes names as `ping --names` does (here NAME KEY
+    lines), and its summary prints ratios as the report does: percentages."""
+    pytest.importorskip("pyspark")
+    import json
+    sim = tmp_path / "sim"
+    r = cli("sim", "--generate", "grid:2x2", "--duration", "20", "--seed", "1", "--out", str(sim), timeout=300)
+    assert r.returncode == 0, r.stderr
+    truth = json.load(open(str(sim / "truth.json")))
+    keys = sorted(truth["nodes"].values())
+    names = tmp_path / "names.txt"
+    names.write_text("".join("field-%d %s\n" % (i, k) for i, k in enumerate(keys)))
+    out = tmp_path / "an"
+    r = cli("analyze", str(sim / "telemetry.jsonl"), "--out", str(out), "--names", str(names), "-q", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "snake correct at end 100.0%" in r.stdout, r.stdout
+    assert "ping delivery 100.0% (" in r.stdout or "ping delivery n/a (0 pings)" in r.stdout, r.stdout
+    assert "table occupancy max " in r.stdout and "%, evictions" in r.stdout, r.stdout
+    nodes = json.load(open(str(out / "nodes.json")))
+    nodes = nodes["nodes"] if isinstance(nodes, dict) else nodes
+    assert sorted(n["name"] for n in nodes) == ["field-%d" % i for i in range(len(keys))]
+    # a names source that holds none is one line
+    bad = tmp_path / "empty.txt"
+    bad.write_text("# nothing\n")
+    r = cli("analyze", str(sim / "telemetry.jsonl"), "--out", str(tmp_path / "an2"), "--names", str(bad), "-q")
+    assert r.returncode != 0 and r.stderr.startswith("snakemesh: error: no node names in"), r.stderr
