@@ -342,7 +342,8 @@ class Console(object):
             self.session.c.send_line(line)
             return True
         cmd = words[0]
-        if cmd == "help" and not self.json_out:
+        if cmd == "help" and self.tty and not self.json_out:
+            # at a terminal; a pipe keeps the node's own one-line list
             self.emit(self.help_text(words[1:]))
             return True
         known = list(self.commands) + list(LOCAL_COMMANDS)
