@@ -8,7 +8,8 @@ import json
 
 sys.path.insert(0, "firmware")
 sys.path.insert(0, "lib")
-from snake import wire, wire_host, platform
+from snake import wire, platform
+from snakehost import wire_host
 from snake.crypto import Signer
 from snake.profile import Profile
 from snake.router import Router

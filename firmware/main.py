@@ -1,10 +1,10 @@
 # snakemesh firmware entry point.
 #
 # On a board: /main.py runs at boot; reads /profile.json, /key.bin and
-# /config.json (snake/config.py) and serves the console on USB serial.
+# /config.json (snake/runtime/config.py) and serves the console on USB serial.
 # On the unix port:
 #   MICROPYPATH=firmware:lib micropython firmware/main.py --key-file K [options]
-# (`snakemesh node` does this; options in snake/config.py).
+# (`snakemesh node` does this; options in snake/runtime/config.py).
 import sys
 
 try:
@@ -15,7 +15,7 @@ except AttributeError:          # CPython
     _heap0 = None
 
 try:
-    from snake import node
+    from snake.runtime import node
 except MemoryError:
     # the heap cannot even hold the firmware's bytecode (README "Memory")
     print("snakemesh: error: out of memory loading the firmware")

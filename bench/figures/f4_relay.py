@@ -99,7 +99,8 @@ class Peer(object):
         return pub
 
     async def _read(self):
-        from snake import wire, wire_host
+        from snake import wire
+        from snakehost import wire_host
         f = wire.Frame(64)
         try:
             while True:

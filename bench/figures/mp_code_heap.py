@@ -19,12 +19,12 @@ import json
 import sys
 
 # leaves first, so each increment is mostly the module's own. Not here: what
-# a running node has dropped again (snake.boot, config, profile) or loads only
-# for a console command (snake.cmds, probing): README "Memory"
+# a running node has dropped again (snake.runtime.boot, config, profile) or loads only
+# for a console command (snake.runtime.cmds, probing): README "Memory"
 MODULES = ["asyncio", "snake.platform", "sha512", "ed25519", "snake.crypto", "snake.wire",
            "snake.tables", "snake.telemetry", "snake.tree", "snake.snek",
-           "snake.router", "snake.link", "snake.stream", "snake.probe", "snake.console",
-           "snake.wifi", "snake.ble", "snake.node"]
+           "snake.router", "snake.runtime.link", "snake.runtime.stream", "snake.runtime.probe", "snake.runtime.console",
+           "snake.runtime.wifi", "snake.runtime.ble", "snake.runtime.node"]
 
 
 def alloc():

@@ -34,7 +34,8 @@ ROOT = _parts[0] if len(_parts) == 4 else "."
 sys.path.insert(0, ROOT + "/lib")
 sys.path.insert(0, ROOT + "/firmware")
 
-from snake import wire, wire_host, platform     # noqa: E402
+from snake import wire, platform     # noqa: E402
+from snakehost import wire_host
 from snake.crypto import Signer                 # noqa: E402
 from snake.profile import Profile               # noqa: E402
 from snake.router import Router                 # noqa: E402

@@ -173,9 +173,5 @@ class SigCache:
 
 
 # the backend at import (module-level code: as .mpy its bytecode is freed
-# once the import ran; crypto_backends leaves sys.modules again)
-from snake import crypto_backends as _cb   # noqa: E402
-_cb.choose()
-del _cb
-if platform.MICROPYTHON:
-    platform.unload("snake.crypto_backends")
+# once the import ran; crypto_backends is cold code, platform.cold)
+platform.cold("snake.crypto_backends").choose()

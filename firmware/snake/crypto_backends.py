@@ -9,8 +9,8 @@
 # Backends, fastest first:
 #   native        a C module `snakemesh_ed25519` frozen into a custom firmware
 #                 image: public_key(seed), sign(seed, msg), verify(pub, msg, sig)
-#   nacl          PyNaCl (libsodium), CPython (snake/crypto_host.py)
-#   cryptography  pyca/cryptography (OpenSSL), CPython (snake/crypto_host.py)
+#   nacl          PyNaCl (libsodium), CPython (snakehost/crypto_host.py)
+#   cryptography  pyca/cryptography (OpenSSL), CPython (snakehost/crypto_host.py)
 #   python        lib/ed25519.py (pure Python, runs on MicroPython)
 #
 # snake/crypto.py loads this module once at its import (choose()) and drops
@@ -20,8 +20,6 @@
 # The native backend's two small functions are made here and keep this
 # module's objects (a custom image: its code is in flash). Tests and
 # benchmarks import it to switch backends.
-import sys
-
 from snake import platform
 
 NAMES = ("native", "nacl", "cryptography", "python")
@@ -31,8 +29,10 @@ _loaded = {}
 
 
 def _crypto():
-    # snake.crypto, also while it is being imported (it calls choose())
-    return sys.modules["snake.crypto"]
+    # also while snake.crypto is being imported (it calls choose()): both
+    # interpreters register a module before running its code
+    from snake import crypto
+    return crypto
 
 
 def _load(name):
@@ -54,10 +54,9 @@ def _load(name):
         return make_native, lambda pub, msg, sig: bool(mod.verify(pub, msg, sig))
     if platform.MICROPYTHON or name not in NAMES:
         return None
-    # PyNaCl, pyca/cryptography: CPython only, in snake/crypto_host.py (not
+    # PyNaCl, pyca/cryptography: CPython only, in snakehost/crypto_host.py (not
     # loaded on MicroPython, so a board's heap holds none of that code)
-    from snake import crypto_host
-    return crypto_host.load(name)
+    return platform.cold("snakehost.crypto_host").load(name)
 
 
 def _get(name):

@@ -149,9 +149,30 @@ def largest_free():
     return lo
 
 
+# Hot and cold code. A module the running node needs all the time is hot;
+# the code it needs once (booting, a console command, a probe, building the
+# BLE manager, choosing the crypto backend, the names of the counters) is a
+# cold module beside it. Cold modules import hot ones; a hot module names its
+# cold half only as a string and loads it with cold() for one use (the
+# pattern of MicroPython's asyncio package, whose optional modules the core
+# names in a table and loads lazily): there is no import circle, and on
+# MicroPython the cold code leaves the heap once the caller lets go of it.
+def cold(name):
+    """Module `name` ("snake.runtime.cmds") for one use: imported, and on
+    MicroPython dropped from sys.modules again at once, so its code stays in
+    the heap only while the caller holds the module (a running coroutine of
+    it included). On CPython it stays imported (a re-import costs time)."""
+    import sys
+    __import__(name)
+    mod = sys.modules[name]
+    if MICROPYTHON:
+        unload(name)
+    return mod
+
+
 def unload(name):
-    """Drop module `name` (e.g. "snake.cmds") from sys.modules and its
-    package, so its code leaves the heap once nothing else refers to it."""
+    """Drop module `name` from sys.modules and its package, so its code
+    leaves the heap once nothing else refers to it."""
     import sys
     sys.modules.pop(name, None)
     pkg, _, attr = name.rpartition(".")
@@ -169,7 +190,7 @@ class Meter:
     built once at boot and stay (fixed-size tables and buffers), so these
     figures hold for the node's whole run; what is allocated later (links,
     their tasks and queues) is the rest of the live heap (console `mem`,
-    snake/cmds.py, reads names and sizes)."""
+    snake/runtime/cmds.py, reads names and sizes)."""
 
     def __init__(self, base=None):
         self.names = []

@@ -2,7 +2,7 @@
 # (peers, routes, tree, occupancy, capacity, evictions, counters, queues).
 #
 # Cold code: the running node needs it only while a console command or a
-# telemetry period builds its reply. snake/cmds.py imports it (so its qstrs
+# telemetry period builds its reply. snake/runtime/cmds.py imports it (so its qstrs
 # are interned at boot, stream.py "Nothing new after boot") and the console
 # drops both with the request; Counters.as_dict loads it for one call (load
 # below). Tests, the simulator and bench read a router through it
@@ -50,16 +50,6 @@ DGRAM_STATS = ("sent", "delivered", "failed_no_route", "failed_timeout", "failed
                "fragments_received", "received", "duplicates", "reasm_refused",
                "reasm_too_big", "reasm_expired", "malformed", "acks_sent", "acks_received",
                "acks_unmatched", "acks_dropped")
-
-
-def load():
-    """This module for one call from resident code (Counters.as_dict): on
-    MicroPython it leaves sys.modules at once, so its code leaves the heap
-    with the caller's reference."""
-    from snake import report
-    if platform.MICROPYTHON:
-        platform.unload("snake.report")
-    return report
 
 
 def _hex(b):

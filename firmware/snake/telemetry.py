@@ -3,6 +3,7 @@
 # Counters are preallocated lists indexed by constants, so counting on the
 # hot path allocates nothing. Records (dicts) are only built when the console
 # or the telemetry stream asks for them.
+from snake import platform
 from snake.platform import const
 from snake.wire import TYPE_NAMES
 
@@ -64,5 +65,4 @@ class Counters:
 
     def as_dict(self):
         # the record (names, not indices): snake/report.py, cold code
-        from snake import report
-        return report.load().counters(self)
+        return platform.cold("snake.report").counters(self)

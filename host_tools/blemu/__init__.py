@@ -1,7 +1,7 @@
 """Bluetooth LE emulation for host runs of the firmware.
 
 - `bluetooth.py`: a module named `bluetooth` implementing the subset of
-  MicroPython's `bluetooth` API that firmware/snake/ble.py uses. Put this
+  MicroPython's `bluetooth` API that firmware/snake/runtime/ble.py uses. Put this
   folder on MICROPYPATH (unix port) or sys.path (CPython) of an emulated node
   only; it must never shadow a real `bluetooth` module on a board.
 - `medium.py`: the radio medium (CPython process) the emulated radios connect

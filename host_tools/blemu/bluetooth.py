@@ -81,7 +81,7 @@ _DEFAULT_ATTR_LEN = 20
 _RX_CHUNK = 256          # bytes read from the medium at least at a time (into the parser's buffer)
 # the parser's buffer holds a read behind the longest unfinished message
 # (u16 length, op, irq, conn, handle, 244 bytes of a 247-byte MTU, what
-# snake/ble.py asks for); it grows (once) if a longer message comes
+# snake/runtime/ble.py asks for); it grows (once) if a longer message comes
 _RX_HELD = _RX_CHUNK + 2 + 1 + 1 + 4 + 244
 _FIRST_USER_HANDLE = 10  # NimBLE puts the GAP (0x1800) and GATT (0x1801) services first
 

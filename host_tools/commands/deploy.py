@@ -8,7 +8,7 @@ build-mpy compiles firmware/ and lib/ with mpy-cross for the board's
 architecture into the device layout (docs/INTERFACES.md):
 
     /main.py          firmware/main.py, as source (MicroPython runs main.py)
-    /snake/*.mpy      firmware/snake/*.py (and any other firmware/**.py)
+    /snake/**.mpy     firmware/snake/**.py (not firmware/snakehost: host-only)
     /lib/*.mpy        lib/**.py
     /profile.json     boards/<BOARD>/profile.json
 
@@ -134,12 +134,11 @@ def source_plan(root):
     if not os.path.isfile(os.path.join(fw, "main.py")):
         raise InputError("no firmware/main.py under %s: nothing to deploy" % root)
     plan = []
-    for path in _py_files(fw):
+    plan.append((os.path.join(fw, "main.py"), "/main.py", "copy"))
+    # the package a board runs; firmware/snakehost is host-only code
+    for path in _py_files(os.path.join(fw, "snake")):
         rel = os.path.relpath(path, fw).replace(os.sep, "/")
-        if rel == "main.py":
-            plan.append((path, "/main.py", "copy"))
-        else:
-            plan.append((path, "/" + rel[:-3] + ".mpy", "mpy"))
+        plan.append((path, "/" + rel[:-3] + ".mpy", "mpy"))
     if os.path.isdir(lib):
         for path in _py_files(lib):
             rel = os.path.relpath(path, lib).replace(os.sep, "/")

@@ -1,7 +1,8 @@
 # Helpers for router rule tests: a node under test with captured outputs and
 # scripted fake peers that build signed frames with the real codec and
 # crypto. Runs under MicroPython and CPython.
-from snake import wire, wire_host
+from snake import wire
+from snakehost import wire_host
 from snake.crypto import Signer
 from snake.profile import Profile
 from snake.router import Router

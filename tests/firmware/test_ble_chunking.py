@@ -1,11 +1,11 @@
-# snake.ble without a radio: ring buffer, advertisement format, chunking and
+# snake.runtime.ble without a radio: ring buffer, advertisement format, chunking and
 # reassembly through the real IRQ / Link code paths (a fake `bluetooth.BLE`
 # object that behaves like NimBLE: truncates to MTU-3, runs out of tx
 # buffers), link limit, who initiates. Runs under CPython and MicroPython.
 import asyncio
 
-from snake import ble
-from snake.ble_cold import STAT_NAMES
+from snake.runtime import ble
+from snake.runtime.ble_cold import STAT_NAMES
 from snake.profile import Profile
 from fwtest import counter_names_follow
 

@@ -1,14 +1,14 @@
-# Console line protocol (snake/console.py): request parsing, argument
+# Console line protocol (snake/runtime/console.py): request parsing, argument
 # checks, and every reply line being "@sm " + one valid JSON object, against
 # a real Node (no links) on both interpreters.
 import asyncio
 import json
 
-from snake import console
-from snake.console import Console, ConsoleError, parse_request
-from snake.cmds import parse_key, parse_count, parse_interval
+from snake.runtime import console
+from snake.runtime.console import Console, ConsoleError, parse_request
+from snake.runtime.cmds import parse_key, parse_count, parse_interval
 from snake.crypto import Signer
-from snake.node import Node
+from snake.runtime.node import Node
 from snake.profile import Profile
 
 SEED = bytes([0x5A]) * 32
@@ -249,7 +249,7 @@ def test_output_without_room_cuts_one_line_and_the_next_reply_survives():
 
 
 def test_command_code_leaves_the_heap_after_each_request():
-    # snake/cmds.py (the commands) is loaded per request and dropped after
+    # snake/runtime/cmds.py (the commands) is loaded per request and dropped after
     # it on MicroPython: the running node's heap holds only the line reader
     import sys
     mp = sys.implementation.name == "micropython"
@@ -258,9 +258,9 @@ def test_command_code_leaves_the_heap_after_each_request():
     c.boot()
     for cmd in (b"status", b"#7 stats", b"mem", b"routes", b"nosuch", b"ping 00"):
         c.handle(cmd)
-        assert ("snake.cmds" in sys.modules) is not mp, cmd
+        assert ("snake.runtime.cmds" in sys.modules) is not mp, cmd
     st, co, pe = c.records()
-    assert ("snake.cmds" in sys.modules) is not mp
+    assert ("snake.runtime.cmds" in sys.modules) is not mp
     objs = out.objects()
     assert [o["re"] for o in objs] == ["boot", "status", "stats", "mem", "routes", "nosuch", "ping"], objs
     assert objs[2]["id"] == "7" and objs[6]["error"] == "bad key: expected 64 hex digits"
@@ -284,7 +284,7 @@ def test_command_code_leaves_the_heap_after_each_request():
 
 def test_probe_task_replies_and_failures():
     # a ping/trace the console runs answers through its reply=(console, rid)
-    # (snake/probing.py); a probe that raises is one error reply, MemoryError
+    # (snake/runtime/probing.py); a probe that raises is one error reply, MemoryError
     # the out-of-memory reply
     out = Out()
     c = Console(node(), out=out)

@@ -32,7 +32,8 @@
 import hashlib
 
 from fwtest import Rng, vectors, unhex, node_key, node_seed, is_micropython
-from snake import wire, wire_host
+from snake import wire
+from snakehost import wire_host
 from snake import crypto, crypto_backends
 from snake.profile import Profile
 from snake.router import Router

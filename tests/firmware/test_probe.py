@@ -1,10 +1,11 @@
-# Ping/trace probes (snake/probe.py): payload format, reply queueing from
+# Ping/trace probes (snake/runtime/probe.py): payload format, reply queueing from
 # inside router callbacks, and the ping/trace procedures against a scripted
 # network. Runs under CPython and MicroPython.
 import asyncio
 
-from snake import probe, wire
-from snake.probe import Prober, PING, PONG, TRACE, TRACE_HOP, TRACE_END
+from snake import wire
+from snake.runtime import probe
+from snake.runtime.probe import Prober, PING, PONG, TRACE, TRACE_HOP, TRACE_END
 from snake.report import PROBE_STATS
 from fwtest import counter_names_follow
 

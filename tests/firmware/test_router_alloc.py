@@ -1,7 +1,8 @@
 # The forwarding hot path allocates nothing on MicroPython: receive a traffic
 # frame, decide (SNEK or tree), rewrite the watermark, hand it to the queue.
 import gc
-from snake import wire, wire_host, platform
+from snake import wire, platform
+from snakehost import wire_host
 from routertest import Node, signer, keys_sorted, announcement
 from snake import report
 

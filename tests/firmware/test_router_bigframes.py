@@ -3,8 +3,9 @@
 # from max_hops (profile.ann_max) while frame_max bounds the rest; a node
 # with a transmit pool builds its announcement straight into one of the
 # pool's buffers (no announcement-sized buffer in the router, no copy).
-from snake import wire, wire_host
-from snake.node import BufPool
+from snake import wire
+from snakehost import wire_host
+from snake.runtime.node import BufPool
 from snake.profile import Profile, ann_max
 from snake.router import Router, CTL_MAX
 from routertest import Node, signer, keys_sorted, announcement, traffic

@@ -1,6 +1,7 @@
 # Hybrid traffic forwarding and wakeup broadcasts (docs/PROTOCOL_NOTES.md "Traffic
 # forwarding (hybrid)" and difference 5), one test per rule.
-from snake import wire, wire_host
+from snake import wire
+from snakehost import wire_host
 from snake.telemetry import (D_LOOP, D_WATERMARK, D_HOP_LIMIT, D_NO_ROUTE, D_WAKEUP_ROOT,
                              D_WAKEUP_DUP, D_WAKEUP_HOP_LIMIT, D_BAD_SIGNATURE)
 from routertest import Node, signer, keys_sorted, announcement, decode, traffic, wakeup

@@ -1,6 +1,7 @@
 # Spanning-tree rules of docs/PROTOCOL_NOTES.md, one test per rule, on a single router
 # driven by hand (virtual time, scripted peers).
-from snake import wire, wire_host
+from snake import wire
+from snakehost import wire_host
 from snake.crypto import verify
 from routertest import Node, signer, keys_sorted, announcement, decode
 from snake import report

@@ -3,7 +3,8 @@
 # hot path under MicroPython.
 from fwtest import (frame_bytes, node_key, det_key, allocated_by,
                     is_micropython, tohex)
-from snake import wire, wire_host
+from snake import wire
+from snakehost import wire_host
 from snake.platform import copy_into
 
 BIG_SEQ = 1795290492369          # Unix ms: a 6-byte varu64

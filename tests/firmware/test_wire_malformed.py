@@ -2,7 +2,8 @@
 # right reason, and a seeded fuzz of 10,000 random and mutated frames raises
 # nothing but WireError (same PRNG sequence on CPython and MicroPython).
 from fwtest import unhex, vectors, frame_bytes, handshakes, det_key, Rng
-from snake import wire, wire_host
+from snake import wire
+from snakehost import wire_host
 
 
 def _reason(buf, n=None, f=None):

@@ -2,7 +2,8 @@
 # the recorded field values and re-encode byte for byte with the encoders.
 from fwtest import (unhex, tohex, vectors, frames, frame, frame_bytes,
                     handshakes, node_key, segment, segments)
-from snake import wire, wire_host
+from snake import wire
+from snakehost import wire_host
 
 
 GO_TYPE_NAMES = ("Keepalive", "TreeAnnouncement", "VirtualSnakeBootstrap",

@@ -1,4 +1,4 @@
-# Test driver: several snake.ble.BleManager instances, each on its own
+# Test driver: several snake.runtime.ble.BleManager instances, each on its own
 # emulated radio (host_tools/blemu/bluetooth.py), in ONE process, under the
 # MicroPython unix port or CPython. Used by tests/host/test_ble_manager.py.
 #
@@ -20,7 +20,7 @@ sys.path.insert(0, ROOT + "/firmware")
 import asyncio
 import hashlib
 import bluetooth
-from snake import ble
+from snake.runtime import ble
 from snake.profile import Profile
 from snake.platform import ticks_ms, ticks_diff
 

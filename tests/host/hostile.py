@@ -11,7 +11,8 @@ Router.receive like any other frame.
 """
 import hashlib
 
-from snake import wire, wire_host
+from snake import wire
+from snakehost import wire_host
 from snake.crypto import Signer
 
 FAKE_SIG = b"\x5a" * 64

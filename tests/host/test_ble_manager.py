@@ -1,4 +1,4 @@
-"""snake.ble.BleManager on the emulated medium, several managers per process
+"""snake.runtime.ble.BleManager on the emulated medium, several managers per process
 (tests/host/ble_driver.py), mostly under the MicroPython unix port: who
 connects to whom, byte-exact streams in both directions at several MTUs and
 with link-layer loss, the link limit, reconnection after a link is lost."""
@@ -71,7 +71,7 @@ def test_line_of_four_one_link_per_pair_and_exact_streams(interp):
         events, _, lines = run_driver(m, 3, 30000, 4, ["a", "b", "c", "d"], interp)
         st = m.stats()
     ups, done = check_links(events, [("a", "b"), ("b", "c"), ("c", "d")], 30000)
-    assert all(e["mtu"] == 247 for e in ups)     # snake/ble.py MTU
+    assert all(e["mtu"] == 247 for e in ups)     # snake/runtime/ble.py MTU
     snaps = {e["node"]: e for e in events if e["ev"] == "snapshot"}
     for n in "abcd":
         s = snaps[n]

@@ -3,7 +3,7 @@
 Cause: a new qstr after boot. MicroPython interns every name of a module it
 loads, and a new qstr can need its next qstr pool: one block of twice the
 last pool (1280 entries, ~14 KB on the 64-bit unix port). The firmware used
-to load snake.stream at the first link and asyncio's lazy parts (wait_for,
+to load snake.runtime.stream at the first link and asyncio's lazy parts (wait_for,
 Event, Lock) at the first handshake / BLE link; with the ESP32 profile in a
 400K heap the pool was nearly full after boot, and by the time a BLE link
 came up its traffic had fragmented the heap (largest free block 6.5 KB with
@@ -18,7 +18,7 @@ the BLE manager task, and console requests failed with an id-less
    console commands. The firmware runs under a test entry script that prints
    micropython.qstr_info(1) right after boot (first scheduler pass after the
    boot line) and when asked (a trigger file). Its module list then holds
-   no boot-only or console-command module (snake.boot, config, profile,
+   no boot-only or console-command module (snake.runtime.boot, config, profile,
    cmds, report, probing, ble_cold, crypto_backends: loaded when needed and
    dropped, so their code is not in the heap; crypto_host: CPython's backends, wire_host: the codec's
    host half, never loaded there).
@@ -44,8 +44,8 @@ from host_tools.nodeproc import NodeProcess, build_mpy, free_port  # noqa: E402
 
 ENTRY = r'''
 import sys, os, micropython, asyncio
-from snake import console as _console
-from snake import node as _node
+from snake.runtime import console as _console
+from snake.runtime import node as _node
 
 TRIGGER = os.getenv("QSTR_DUMP_TRIGGER")
 
@@ -193,10 +193,10 @@ def test_no_qstr_interned_after_boot_with_tcp_and_ble_to_one_peer(tmp_path):
                 # the running node holds no boot-only or console-command code
                 mods = [l.split()[2:] for l in lines_of(p) if l.startswith("@@MODULES now")]
                 assert mods, "no module list from node %s" % n
-                assert "snake.router" in mods[-1] and "snake.console" in mods[-1], mods[-1]
-                for cold in ("snake.boot", "snake.config", "snake.profile", "snake.cmds", "snake.probing",
-                             "snake.ble_cold", "snake.report", "snake.crypto_backends", "snake.crypto_host",
-                             "snake.wire_host"):
+                assert "snake.router" in mods[-1] and "snake.runtime.console" in mods[-1], mods[-1]
+                for cold in ("snake.runtime.boot", "snake.runtime.config", "snake.profile", "snake.runtime.cmds", "snake.runtime.probing",
+                             "snake.runtime.ble_cold", "snake.report", "snake.crypto_backends", "snakehost.crypto_host",
+                             "snakehost.wire_host"):
                     assert cold not in mods[-1], (n, cold, mods[-1])
                 err = open(str(tmp_path / (n + ".err"))).read()
                 assert "MemoryError" not in err, err[-2000:]
@@ -232,7 +232,7 @@ class _FakeBle:
 
 
 def test_ble_manager_outlives_memory_error():
-    from snake import ble
+    from snake.runtime import ble
 
     async def main():
         fake = _FakeBle()
@@ -262,7 +262,7 @@ def test_ble_manager_outlives_memory_error():
             await asyncio.sleep(0.05)
         assert not task.done(), task
         assert len(passes) > 4
-        from snake.ble_cold import STAT_NAMES
+        from snake.runtime.ble_cold import STAT_NAMES
         assert m.stats[STAT_NAMES.index("oom")] == 2     # the pass and the hand-over
         # the link nobody serves was closed: the stack was asked to drop it
         assert fake.disconnects == [7]

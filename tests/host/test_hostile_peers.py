@@ -15,8 +15,8 @@ tree and the snake are correct again within a bound (they are soft state:
 the attacker's link flapping after a disconnect is itself a topology
 change), and pings between honest nodes are delivered.
 
-The forged handshake is tested on the node runtime: snake.stream.run on a
-real snake.node.Node with an in-memory link (the handshake is a stream-layer
+The forged handshake is tested on the node runtime: snake.runtime.stream.run on a
+real snake.runtime.node.Node with an in-memory link (the handshake is a stream-layer
 check, before the router gets a port).
 """
 import asyncio
@@ -472,7 +472,7 @@ def relay_bound(m, origin, hop_limit):
 
 # ---- forged handshake (stream layer, node runtime) ---------------------------
 class MemLink:
-    """In-memory Link (snake/link.py contract): reads a scripted byte
+    """In-memory Link (snake/runtime/link.py contract): reads a scripted byte
     string, records what the node sends."""
     link_type = 1
     name = "mem"
@@ -518,8 +518,8 @@ def _handshake(signer, key=None, sig=None):
 
 
 def _run_link(incoming):
-    from snake import stream
-    from snake.node import Node
+    from snake.runtime import stream
+    from snake.runtime.node import Node
     from snake.profile import Profile
     node = Node(Profile({"max_peers": 4, "max_routes": 8}), Signer(b"\x07" * 32))
     link = MemLink(incoming)

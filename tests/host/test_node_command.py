@@ -155,9 +155,9 @@ class RefusedLink(object):
 def test_first_write_failing_on_a_dialled_link_is_a_dial_failure(outbound, link_type, dial_fail, hs_fail):
     import asyncio
     import host_tools  # noqa: F401  (firmware on sys.path)
-    from snake import stream
+    from snake.runtime import stream
     from snake.crypto import Signer
-    from snake.node import Node
+    from snake.runtime.node import Node
     from snake.profile import Profile
 
     async def main():

@@ -18,7 +18,8 @@ import pytest
 
 import host_tools  # noqa: F401  (firmware/ and lib/ on sys.path)
 from host_tools.nodeproc import NodeProcess, free_port, micropython_binary
-from snake import wire, wire_host
+from snake import wire
+from snakehost import wire_host
 from snake.crypto import Signer, verify
 
 pytestmark = pytest.mark.skipif(micropython_binary() is None, reason="micropython binary missing")
@@ -272,7 +273,7 @@ def test_handshake_timeout(node):
 
 
 def test_default_handshake_timeout_is_10s():
-    from snake import config, node as nodemod
+    from snake.runtime import config, node as nodemod
     assert nodemod.HANDSHAKE_TIMEOUT_MS == 10000
     assert config.from_argv(["--seed", "11" * 32]).hs_timeout_ms == 10000
 

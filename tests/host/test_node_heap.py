@@ -30,7 +30,7 @@ import pytest
 
 from host_tools.nodeproc import NodeProcess, build_mpy, free_port, micropython_binary
 from snake.crypto import Signer
-from snake import probe
+from snake.runtime import probe
 
 from test_node_fakepeer import FakePeer
 from test_node_mesh import Netns

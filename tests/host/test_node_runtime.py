@@ -7,10 +7,12 @@ import asyncio
 import pytest
 
 import host_tools  # noqa: F401  (puts firmware/ and lib/ on sys.path)
-from snake import wire, wire_host, stream, config
+from snake import wire
+from snake.runtime import stream, config
+from snakehost import wire_host
 from snake.crypto import Signer
-from snake import node as nodemod
-from snake.node import BufPool, Node, SendQueues
+from snake.runtime import node as nodemod
+from snake.runtime.node import BufPool, Node, SendQueues
 from snake.profile import Profile
 from snake.report import DROP_NAMES
 from snake import report

@@ -10,7 +10,8 @@ import random
 import struct
 
 from fwtest import unhex, vectors
-from snake import wire, wire_host
+from snake import wire
+from snakehost import wire_host
 
 ITERATIONS = 20000
 MAX_HOPS = 16

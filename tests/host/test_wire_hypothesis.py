@@ -6,7 +6,8 @@ produce exactly what the encoders produce for the rewritten values.
 """
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from snake import wire, wire_host
+from snake import wire
+from snakehost import wire_host
 
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

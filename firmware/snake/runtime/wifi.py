@@ -24,13 +24,14 @@
 #     refuses the second after its handshake.
 #
 # Bringing it up (joining the access point, the listeners, the multicast
-# socket) runs once: snake/boot.py start_wifi, dropped with the boot code
+# socket) runs once: snake/runtime/boot.py start_wifi, dropped with the boot code
 # (README "Memory"); this module keeps what runs while the node does.
 import asyncio
 
-from snake import platform, stream
+from snake import platform
+from snake.runtime import stream
 from snake.platform import const, ticks_ms, ticks_diff
-from snake.link import (TcpLink, LINK_MULTICAST, LINK_REMOTE, set_nodelay, host_port,
+from snake.runtime.link import (TcpLink, LINK_MULTICAST, LINK_REMOTE, set_nodelay, host_port,
                         open_tcp, close_stream)
 
 GROUP = "224.0.0.114"
@@ -84,7 +85,7 @@ class Wifi:
         self.stats = [0] * _W_N
         node.wifi = self
 
-    # ---- start: snake/boot.py (start_wifi), run once and dropped --------
+    # ---- start: snake/runtime/boot.py (start_wifi), run once and dropped --------
     def acceptor(self, link_type):
         # the listener's callback: a plain function returning the link's
         # coroutine, which asyncio runs as the connection's task (no wrapper

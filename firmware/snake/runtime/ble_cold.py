@@ -1,15 +1,15 @@
-# Bluetooth LE (snake/ble.py's cold half): building the manager, bringing
+# Bluetooth LE (snake/runtime/ble.py's cold half): building the manager, bringing
 # the radio up, shutting it down, the state snapshot.
 #
 # Each runs once at boot or never while the node runs (stop: shutdown;
 # snapshot: tests and diagnostics), so BleManager loads this module for the
-# call and drops it again on MicroPython (ble._cold): the running node's heap
+# call and drops it again on MicroPython (platform.cold): the running node's heap
 # does not hold this code. Loaded at boot (construction, start), so its
 # qstrs are interned then, not later (stream.py, "Nothing new after boot").
 import asyncio
 
 from snake.platform import const
-from snake.ble import MTU, SVC_UUID_STR, Slot
+from snake.runtime.ble import MTU, SVC_UUID_STR, Slot
 
 # the characteristics of ble.py's service (header there)
 RX_UUID_STR = "a3c8f4e0-6b1d-4e52-9c7a-0d5e2f8b1a61"

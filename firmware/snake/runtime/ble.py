@@ -48,7 +48,7 @@ import binascii
 
 from snake.platform import const, copy_into, ticks_ms, ticks_diff, ticks_add
 from snake import platform
-from snake.stream import sleep_ms
+from snake.runtime.stream import sleep_ms
 
 
 _IRQ_CENTRAL_CONNECT = const(1)
@@ -286,7 +286,7 @@ class Slot(Ring):
 
 
 class BleLink:
-    """A connected GATT stream (snake/link.py contract)."""
+    """A connected GATT stream (snake/runtime/link.py contract)."""
 
     link_type = _LINK_BLE
     # class defaults, set on the link when they change: a link that has
@@ -430,19 +430,19 @@ class BleManager:
     object (default: the singleton of the `bluetooth` module)."""
 
     # construction, start, stop and snapshot run once or never while the
-    # node runs: snake/ble_cold.py, loaded for the call and dropped
+    # node runs: snake/runtime/ble_cold.py, loaded for the call and dropped
     def __init__(self, profile, public_key, on_link, ble=None, gap_name=None):
-        _cold().init(self, profile, public_key, on_link, ble, gap_name)
+        platform.cold("snake.runtime.ble_cold").init(self, profile, public_key, on_link, ble, gap_name)
 
     def start(self):
         """Bring the radio up, register the service, start the manager task."""
-        return _cold().start(self)
+        return platform.cold("snake.runtime.ble_cold").start(self)
 
     def stop(self):
-        _cold().stop(self)
+        platform.cold("snake.runtime.ble_cold").stop(self)
 
     def snapshot(self):
-        return _cold().snapshot(self)
+        return platform.cold("snake.runtime.ble_cold").snapshot(self)
 
     # ---------------------------------------------------------------- IRQ
     def _slot_conn(self, conn):
@@ -843,9 +843,3 @@ class BleManager:
                 return i
         return -1
 
-
-def _cold():
-    from snake import ble_cold
-    if platform.MICROPYTHON:
-        platform.unload("snake.ble_cold")
-    return ble_cold

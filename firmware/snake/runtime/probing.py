@@ -1,4 +1,4 @@
-# ping and trace (snake/probe.py's cold half): the console's probe commands,
+# ping and trace (snake/runtime/probe.py's cold half): the console's probe commands,
 # and building the Prober (once, at boot).
 #
 # Prober.ping/trace load this module for one command and drop it from
@@ -8,9 +8,9 @@
 import binascii
 
 from snake import platform
-from snake.stream import sleep_ms
+from snake.runtime.stream import sleep_ms
 from snake.platform import const, ticks_ms
-from snake.probe import ProbeBusy, PING, PONG, TRACE, TRACE_HOP, TRACE_END, PENDING, PAYLOAD_LEN
+from snake.runtime.probe import ProbeBusy, PING, PONG, TRACE, TRACE_HOP, TRACE_END, PENDING, PAYLOAD_LEN
 
 _TRACE_MAX_SILENT = const(3)  # stop a trace after this many unanswered probes in a row
 _SLOTS = const(12)            # the same as in probe.py

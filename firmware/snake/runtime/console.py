@@ -35,7 +35,7 @@
 # The private key is never printed.
 #
 # This module is the console's hot half: the line reader, the output and the
-# probe/telemetry tasks. The commands themselves (snake/cmds.py) are loaded
+# probe/telemetry tasks. The commands themselves (snake/runtime/cmds.py) are loaded
 # per request and dropped after it on MicroPython, so the running node's heap
 # does not hold their code; status/stats/mem/telemetry figures of the heap are
 # taken before they are loaded (the node's steady state).
@@ -239,10 +239,9 @@ class Console:
         # the boot line, built by the command code: loaded once now, its
         # qstrs are interned while the heap is unfragmented (a later request
         # only loads its code)
-        m = _cold()
+        m = platform.cold("snake.runtime.cmds")
         d = m.boot_reply(self)
         m = None
-        _drop()
         self.emit(d)
 
     # ---- input ------------------------------------------------------------
@@ -250,8 +249,7 @@ class Console:
         """Serve requests from stdin (or `reader`: anything with an async
         read(n)) until EOF."""
         if reader is None:
-            reader = await _cold().open_stdin()     # once: the boot code's
-            _drop()
+            reader = await platform.cold("snake.runtime.cmds").open_stdin()     # once: the boot code's
         if reader is None:
             return
         line = bytearray(MAX_LINE)
@@ -311,27 +309,25 @@ class Console:
         except Exception as e:   # (the command code would not load): the node goes on
             self.reply(cmd, rid, error="internal error: %s" % type(e).__name__)
 
-    # ---- commands (snake/cmds.py, loaded per request) ----------------------
+    # ---- commands (snake/runtime/cmds.py, loaded per request) ----------------------
     def dispatch(self, cmd, args, rid):
         """The reply's data for one command, None when there is none to send
-        now (snake/cmds.py dispatch: later, or an error reply made there)."""
+        now (snake/runtime/cmds.py dispatch: later, or an error reply made there)."""
         self._measure(cmd)
-        m = _cold()
+        m = platform.cold("snake.runtime.cmds")
         try:
             return m.dispatch(self, cmd, args, rid)
         finally:
             m = None
-            _drop()
 
     def records(self):
         """The periodic telemetry records: state, counters, peers."""
         self._measure("stats")
-        m = _cold()
+        m = platform.cold("snake.runtime.cmds")
         try:
             return m.records(self)
         finally:
             m = None
-            _drop()
 
     def _measure(self, cmd):
         # heap figures for status/stats/mem/telemetry, taken before the
@@ -350,7 +346,7 @@ class Console:
         # showed ~400 B more in use after each ping, up to two pings'
         # worth), and with it this frame and every value its stack held:
         # the probe's record (~250 B) would stay with it, and
-        # snake/probing.py's code (~2 KB as .mpy) with the coroutine (let
+        # snake/runtime/probing.py's code (~2 KB as .mpy) with the coroutine (let
         # go below); only the coroutine's own frame holds the record. This
         # frame is small too (112 B, was 144: one handler, a short stack;
         # the error replies are _probe_failed's)
@@ -413,15 +409,3 @@ class Console:
         except MemoryError:
             self.oom += 1
 
-
-def _cold():
-    from snake import cmds
-    return cmds
-
-
-def _drop():
-    # the command code leaves the heap with the request (MicroPython; on
-    # CPython a re-import per command would only cost time)
-    if platform.MICROPYTHON:
-        platform.unload("snake.cmds")
-        platform.unload("snake.report")

@@ -1,7 +1,7 @@
-# The console's commands and telemetry records (snake/console.py's cold half).
+# The console's commands and telemetry records (snake/runtime/console.py's cold half).
 #
 # Loaded for one request (or one telemetry period) and dropped again on
-# MicroPython (console.py, _cold/_drop): a running node's heap holds only the
+# MicroPython (platform.cold): a running node's heap holds only the
 # line reader and the output; this module's code (as .mpy: bytecode,
 # constants; frozen: function objects and dicts) is there only while a
 # command runs. It is imported once at boot too, so its qstrs are interned
@@ -11,8 +11,11 @@ import asyncio
 import binascii
 import sys
 
-from snake import platform, report
-from snake.console import ConsoleError, COMMANDS, _hex
+from snake import platform
+from snake.runtime.console import ConsoleError, COMMANDS, _hex
+
+# the record builders, held while this module is (and dropped with it)
+report = platform.cold("snake.report")
 
 PING_MAX = 100
 TELEMETRY_MIN_S = 0.1
@@ -237,7 +240,7 @@ def _run(c, cmd, args, rid):
 def _spawn(c, cmd, rid, coro):
     # coro is an un-started coroutine of the node's probes (hot code: the
     # task outlives this module); reserve a probe session first
-    from snake.probe import ProbeBusy
+    from snake.runtime.probe import ProbeBusy
     try:
         c.node.probes.reserve()
     except ProbeBusy as e:

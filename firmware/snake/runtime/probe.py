@@ -91,9 +91,9 @@ class ProbeBusy(Exception):
 
 class Prober:
     def __init__(self, node):
-        # built by snake/probing.py, which is loaded now, once at boot: its
+        # built by snake/runtime/probing.py, which is loaded now, once at boot: its
         # qstrs are interned now, not at the first ping
-        _cold().init(self, node)
+        platform.cold("snake.runtime.probing").init(self, node)
 
     # ---- hooks called by the router (during receive) --------------------
     def _queue_reply(self, key_buf, key_off, kind, pid, ttl):
@@ -186,24 +186,18 @@ class Prober:
             raise ProbeBusy("busy: %d probe commands already running" % MAX_SESSIONS)
         self.sessions += 1
 
-    # ping and trace themselves: snake/probing.py, loaded for the command
+    # ping and trace themselves: snake/runtime/probing.py, loaded for the command
     # (the coroutine keeps it while it runs) and dropped from sys.modules
     # at once on MicroPython, so the running node's heap holds it only then
     # (reply=(console, request id): the coroutine answers the console's
     # request itself and returns None: console.Console._probe_task)
     def ping(self, dst, count=3, interval_ms=500, timeout_ms=2000, reserved=False, reply=None):
         """Coroutine: send `count` echo requests; {dst, sent, received, rtts_ms}."""
-        m = _cold()
+        m = platform.cold("snake.runtime.probing")
         return m.ping(self, dst, count, interval_ms, timeout_ms, reserved, reply)
 
     def trace(self, dst, max_ttl=_TRACE_MAX_TTL, timeout_ms=2000, reserved=False, reply=None):
         """Coroutine: hop-by-hop path to `dst`: {dst, ok, hops: [{key, rtt_ms}]}."""
-        m = _cold()
+        m = platform.cold("snake.runtime.probing")
         return m.trace(self, dst, max_ttl, timeout_ms, reserved, reply)
 
-
-def _cold():
-    from snake import probing
-    if platform.MICROPYTHON:
-        platform.unload("snake.probing")
-    return probing

@@ -1,5 +1,5 @@
 # Stream port: the peer handshake, then Pinecone frames, over any Link
-# (snake/link.py has the Link contract).
+# (snake/runtime/link.py has the Link contract).
 #
 #   1. both sides send their 104-byte handshake at once (version 1,
 #      capabilities 0x3B, public key, signature over bytes 0..39) and read the

@@ -32,7 +32,7 @@
 #
 # A transport (wifi.py, ble.py) that has a connected Link hands it to the
 # node with `node.start_link(link)` (spawns a task) or runs
-# `await snake.stream.run(node, link)` in its own task. stream.run does the
+# `await snake.runtime.stream.run(node, link)` in its own task. stream.run does the
 # 104-byte handshake (10 s deadline), reports the peer to the node
 # (node.link_up(link, key) -> port, or 0 = refused: duplicate, own key,
 # no free port), feeds frames to router.receive from a preallocated

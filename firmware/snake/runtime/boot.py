@@ -1,17 +1,17 @@
 # Booting a node: config, board profile, the Node, Wi-Fi, BLE and the console.
 #
-# Runs once: snake.node.main() loads this module for the boot and drops it
-# once the node runs (node._run), so the running node's heap does not hold
+# Runs once: snake.runtime.node.main() loads this module (platform.cold) for
+# the boot and lets go of it once the node runs (node._run), so the running node's heap does not hold
 # this code (as .mpy: its bytecode and constants; frozen: function objects).
-# The config parser (snake.config) and the profile loader (snake.profile)
+# The config parser (snake.runtime.config) and the profile loader (snake.profile)
 # are dropped as soon as they have been used, before the router is built.
 import asyncio
 import sys
 
 from snake import platform, crypto
 from snake.platform import const
-from snake.node import Node, _unload
-from snake.stream import sleep_ms
+from snake.runtime.node import Node, _unload
+from snake.runtime.stream import sleep_ms
 
 
 def _log_line(msg):
@@ -28,7 +28,7 @@ def prepare(argv, heap0=None):
     """Config and profile: [cfg, profile, seed, meter] for start(), or an
     exit status (the console has answered with the error until stdin closed)."""
     meter = platform.Meter(heap0) if heap0 is not None else None
-    from snake import config as cfgmod
+    from snake.runtime import config as cfgmod
     from snake.profile import Profile, ProfileError
     if argv is None:
         argv = sys.argv[1:]
@@ -55,7 +55,7 @@ def prepare(argv, heap0=None):
     # give their memory back (the profile object keeps its class)
     cfgmod = None
     Profile = ProfileError = None
-    _unload("snake.config")
+    _unload("snake.runtime.config")
     _unload("snake.profile")
     return [cfg, profile, seed, meter]
 
@@ -66,13 +66,13 @@ async def start(args):
     cfg, profile, seed, meter = args
     del args[:]
     # every module the node runs, loaded now (stream.py: nothing new after boot)
-    from snake.console import Console
+    from snake.runtime.console import Console
     if profile.wifi:
-        from snake import wifi
+        from snake.runtime import wifi
     radio = profile.ble or getattr(cfg, "ble_medium", None)
     if radio:
         try:
-            from snake import ble   # noqa: F401
+            from snake.runtime import ble   # noqa: F401
         except ImportError:
             pass
     if meter is not None:
@@ -122,7 +122,7 @@ async def start(args):
 # constructor is None; deleting it would not do: a class's dict keeps a
 # deleted entry's value); nothing does (the console's out-of-memory path
 # builds a Console, which keeps its constructor).
-_BUILT_ONCE = (("snake.node", ("Node", "BufPool", "SendQueues")),
+_BUILT_ONCE = (("snake.runtime.node", ("Node", "BufPool", "SendQueues")),
                ("snake.router", ("Router",)),
                ("snake.telemetry", ("Counters",)),
                ("snake.crypto", ("SigCache",)),
@@ -130,10 +130,10 @@ _BUILT_ONCE = (("snake.node", ("Node", "BufPool", "SendQueues")),
                ("snake.tables", ("Table", "HopPool")),
                ("snake.tree", ("Tree",)),
                ("snake.snek", ("Snake",)),
-               ("snake.probe", ("Prober",)),
+               ("snake.runtime.probe", ("Prober",)),
                ("snake.platform", ("Meter",)),
-               ("snake.wifi", ("Wifi",)),
-               ("snake.ble", ("BleManager",)))
+               ("snake.runtime.wifi", ("Wifi",)),
+               ("snake.runtime.ble", ("BleManager",)))
 
 
 def _drop_constructors():
@@ -150,21 +150,21 @@ def _drop_constructors():
 
 
 # methods only the boot above calls (start() and its helpers)
-_BOOT_ONLY = (("snake.node", "Node", ("start", "_mark", "warn")),
-              ("snake.console", "Console", ("attach",)))
+_BOOT_ONLY = (("snake.runtime.node", "Node", ("start", "_mark", "warn")),
+              ("snake.runtime.console", "Console", ("attach",)))
 
 
-# ---- Wi-Fi bring-up (snake/wifi.py runs what this starts) ----------------
+# ---- Wi-Fi bring-up (snake/runtime/wifi.py runs what this starts) ----------------
 _WLAN_TIMEOUT_MS = const(20000)
 _RANDOM_PORT_TRIES = const(20)
 
 
 async def start_wifi(w):
-    """Bring up what the config asks for (w: a snake.wifi.Wifi); each part
+    """Bring up what the config asks for (w: a snake.runtime.wifi.Wifi); each part
     on its own, so a failing one (a busy port, no multicast route) leaves
     the others up. Returns the list of failures (strings, also in
     node.warnings)."""
-    from snake import wifi
+    from snake.runtime import wifi
     cfg = w.cfg
     node = w.node
     errors = []
@@ -260,7 +260,7 @@ def _ip_bytes(dotted):
 def _open_multicast(w):
     # the discovery socket (w.sock, joined to the group) and our beacon
     import socket
-    from snake.wifi import GROUP, MCAST_PORT
+    from snake.runtime.wifi import GROUP, MCAST_PORT
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -295,14 +295,14 @@ def _open_multicast(w):
 
 # ---- BLE ---------------------------------------------------------------------
 def start_ble(node, console):
-    """Bluetooth LE links (snake/ble.py) when this platform has a radio: a
+    """Bluetooth LE links (snake/runtime/ble.py) when this platform has a radio: a
     board's `bluetooth` module, or the host emulation (host_tools/blemu on
     the module path, SNAKEMESH_BLE_MEDIUM set: `snakemesh node --ble-medium`)."""
     if platform.try_import("bluetooth") is None:
         node.warn("ble: no bluetooth module on this platform: BLE off")
         return None
     try:
-        from snake.ble import BleManager
+        from snake.runtime.ble import BleManager
         mgr = BleManager(node.profile, node.key, node.start_link)
         mgr.start()
     except (ImportError, OSError, ValueError, AttributeError) as e:
@@ -324,7 +324,7 @@ def out_of_memory():
 
 
 class Settings:
-    """What the running node keeps of its config (snake.config is unloaded)."""
+    """What the running node keeps of its config (snake.runtime.config is unloaded)."""
     pass
 
 
@@ -341,7 +341,7 @@ def _settings(cfg):
 
 def _boot_fail(msg):
     # one parseable line, then keep answering the console with the error
-    from snake.console import Console
+    from snake.runtime.console import Console
     c = Console(None, boot_error=msg)
     c.boot()
     try:

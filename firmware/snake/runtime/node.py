@@ -2,7 +2,7 @@
 #
 # Node owns: the Router, the real clock (snake.platform.ticks_ms), a tick
 # task (router.tick every _TICK_MS <= 250 ms), the switch ports' links and
-# their bounded send queues, ping/trace (snake.probe), counters of the
+# their bounded send queues, ping/trace (snake.runtime.probe), counters of the
 # runtime itself, and the transports (wifi.py, ble.py) and the console.
 #
 # Frame buffers: two node-wide pools (BufPool), allocated once at boot, so
@@ -64,8 +64,8 @@ from snake.platform import ticks_ms, ticks_diff, copy_into, const
 from snake import crypto
 from snake.router import Router
 from snake.telemetry import D_QUEUE_FULL
-from snake import probe
-from snake import stream     # at boot, not at the first link (stream.py: nothing new after boot)
+from snake.runtime import probe
+from snake.runtime import stream     # at boot, not at the first link (stream.py: nothing new after boot)
 
 _TICK_MS = const(100)
 LINK_BLE = 4
@@ -353,8 +353,8 @@ class Node:
         self.on_app = None       # optional fn(src, payload) for other payloads
         self.log_fn = None
         self.ticker = None
-        self.wifi = None         # snake.wifi.Wifi, when started
-        self.ble = None          # snake.ble.BleManager, when started
+        self.wifi = None         # snake.runtime.wifi.Wifi, when started
+        self.ble = None          # snake.runtime.ble.BleManager, when started
         self._mark("node")
 
     # ---- helpers ------------------------------------------------------
@@ -655,38 +655,40 @@ def _short(key):
 
 # ------------------------------------------------------------------ boot
 # Booting (config, profile, building the node, starting Wi-Fi, BLE and the
-# console) is snake/boot.py: loaded for the boot and dropped once the node
-# runs, so the running node's heap does not hold that code.
+# console) is snake/runtime/boot.py, cold code (platform.cold): held for the
+# boot and dropped once the node runs, so the running node's heap does not
+# hold that code.
 def main(argv=None, heap0=None):
     """Entry point of firmware/main.py (heap0: gc.mem_alloc() before the
     firmware was imported, the start of console `mem`'s code figure)."""
+    boot = None
     try:
-        from snake import boot
+        boot = platform.cold("snake.runtime.boot")
         args = boot.prepare(argv, heap0)
-        boot = None
         if type(args) is int:
             return args
+        run = _run(boot, args)
+        boot = args = None
         try:
-            asyncio.run(_run(args))
+            asyncio.run(run)
         except KeyboardInterrupt:
             pass
         return 0
     except MemoryError:
-        boot = args = None
-        _unload("snake.config")
+        boot = args = run = None
+        _unload("snake.runtime.config")
         try:
-            from snake import boot
-            return boot.out_of_memory()
+            return platform.cold("snake.runtime.boot").out_of_memory()
         except MemoryError:
             print("snakemesh: error: out of memory while booting")
             return 3
 
 
-async def _run(args):
-    from snake import boot
+async def _run(boot, args):
     console, meter = await boot.start(args)
-    boot = None
-    _unload("snake.boot")
+    boot = args = None
+    import gc
+    gc.collect()
     if meter is not None:
         meter.mark("code")      # the boot code left the heap again: net of it
     await console.run()
