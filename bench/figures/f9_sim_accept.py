@@ -7,8 +7,6 @@ grid:16x16; ba:500:2 and rgg:1000 with GATEWAY on every node that has more
 links than ESP32_GENERIC's max_peers; rgg:1000 without gateways (overload);
 the two rgg:1000 cases again with ESP32_SPIRAM boards (an ESP32 with PSRAM
 and the tables of a ~1,000-board mesh) in place of ESP32_GENERIC.
-(The rows that ran rgg:250 and grid:16x16 again with ESP32_LARGE_MESH went
-on 2026-11-25: ESP32_GENERIC has the same tables since, docs/CAPACITY.md.)
 One row per target: snake_correct_ratio_final, snake converged (every
 descending entry right from that time to the end of the run), ping delivery
 (100 random pairs x 2 after the deadline), capacity_warnings (truth.json,

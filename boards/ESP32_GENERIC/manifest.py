@@ -1,26 +1,4 @@
-# Frozen-module manifest for a custom MicroPython image of snakemesh on
-# ESP32_GENERIC (see boards/README.md). Build it with ESP-IDF:
+# Frozen-module manifest of a custom MicroPython image of snakemesh on
+# ESP32_GENERIC: the ESP32 boards share one body (boards/esp32_manifest.py).
 #   make firmware-image BOARD=ESP32_GENERIC   (with IDF_PATH and MICROPY_DIR set)
-# The port's stock manifest (asyncio, ...) stays; snakemesh is frozen on top,
-# so its bytecode runs from flash instead of taking heap.
-#
-# The same file builds the 32-bit unix-port emulator of this board's
-# interpreter (`make mp32-frozen`, SNAKEMESH_PORT=unix): that port has no
-# boards/manifest.py, so asyncio (what the ESP32 port's manifest freezes that
-# the node uses) is included explicitly instead, and so is the emulated
-# `bluetooth` module (host_tools/blemu), which stands in for the board's
-# built-in C module: its code belongs in the image, not in the heap.
-import os
-
-_ROOT = os.environ["SNAKEMESH_ROOT"]  # set by the Makefile: the checkout
-
-if os.environ.get("SNAKEMESH_PORT") == "unix":
-    include("$(MPY_DIR)/extmod/asyncio")
-    module("bluetooth.py", base_path=_ROOT + "/host_tools/blemu")
-    module("_blemu_proto.py", base_path=_ROOT + "/host_tools/blemu")
-else:
-    include("$(PORT_DIR)/boards/manifest.py")
-package("snake", base_path=_ROOT + "/firmware")
-module("sha512.py", base_path=_ROOT + "/lib")
-module("ed25519.py", base_path=_ROOT + "/lib")
-module("main.py", base_path=_ROOT + "/firmware")
+include("../esp32_manifest.py")

@@ -110,6 +110,15 @@ except ImportError:  # pragma: no cover - every supported platform has socket
     IP_ADD_MEMBERSHIP, IP_MULTICAST_LOOP = 35, 34
 
 
+def hexstr(b):
+    """Bytes as lowercase hex text (keys in logs, events and records); None
+    stays None."""
+    if b is None:
+        return None
+    import binascii
+    return binascii.hexlify(bytes(b)).decode()
+
+
 def try_import(name):
     """Import a module by name, or return None when this platform lacks it."""
     try:

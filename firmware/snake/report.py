@@ -52,12 +52,6 @@ DGRAM_STATS = ("sent", "delivered", "failed_no_route", "failed_timeout", "failed
                "acks_unmatched", "acks_dropped")
 
 
-def _hex(b):
-    if b is None:
-        return None
-    import binascii
-    return binascii.hexlify(bytes(b)).decode()
-
 
 def counters(c):
     """telemetry.Counters as a dict of names (console `stats`, telemetry)."""
@@ -127,9 +121,9 @@ def peers(r):
                 coords = t.coords(p)
             out.append({
                 "port": p,
-                "key": _hex(r.port_key[p]),
+                "key": platform.hexstr(r.port_key[p]),
                 "link": LINK_NAMES[r.port_link[p]] if r.port_link[p] < 5 else str(r.port_link[p]),
-                "root": _hex(t.ann_root[p]) if t.ann_valid[p] else None,
+                "root": platform.hexstr(t.ann_root[p]) if t.ann_valid[p] else None,
                 "root_seq": t.ann_seq[p] if t.ann_valid[p] else None,
                 "coords": coords,
             })
@@ -144,11 +138,11 @@ def routes(r, now):
     i = 0
     while i < t.capacity:
         if t.used[i]:
-            key = _hex(t.key(i))
+            key = platform.hexstr(t.key(i))
             root, root_seq = s.route_root(i)
             out.append({
                 "key": key, "src_port": s.r_src[i], "dst_port": s.r_dst[i],
-                "root": _hex(root), "root_seq": root_seq,
+                "root": platform.hexstr(root), "root_seq": root_seq,
                 "wm_key": key, "wm_seq": s.seq(i),
                 "age_ms": ticks_diff(now, s.r_last[i]),
             })
@@ -160,7 +154,7 @@ def ancestors(r):
     t = r.tree
     if not t.parent:
         return []
-    return [_hex(t.hop_key(t.parent, i)) for i in range(t.depth())]
+    return [platform.hexstr(t.hop_key(t.parent, i)) for i in range(t.depth())]
 
 
 def occupancy(r):
@@ -209,13 +203,13 @@ def snapshot(r):
     coords = t.coords()
     s = r.snake
     return {
-        "key": _hex(r.key),
-        "root": _hex(t.root_key()),
+        "key": platform.hexstr(r.key),
+        "root": platform.hexstr(t.root_key()),
         "root_seq": t.root_seq(),
-        "parent": _hex(r.port_key[t.parent]) if t.parent else None,
+        "parent": platform.hexstr(r.port_key[t.parent]) if t.parent else None,
         "coords": coords,
         "depth": len(coords),
-        "desc": _hex(s.desc_key) if s.desc_valid else None,
+        "desc": platform.hexstr(s.desc_key) if s.desc_valid else None,
         "peers": sum(r.up),
         "routes": s.routes.count,
     }

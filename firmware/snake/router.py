@@ -57,15 +57,6 @@ CTL_MAX = 12 + 32 + 32 + 10 + 10 + 32 + 10 + 64
 _TRACE_LEN = const(8)
 _TRACE_KIND = const(3)
 
-LINK_LOCAL, LINK_MULTICAST, LINK_BONJOUR, LINK_REMOTE, LINK_BLUETOOTH = 0, 1, 2, 3, 4
-
-
-def _hex(b):
-    if b is None:
-        return None
-    import binascii
-    return binascii.hexlify(bytes(b)).decode()
-
 
 class Router:
     def __init__(self, profile, signer, now, txpool=None):
@@ -171,7 +162,7 @@ class Router:
     def event(self, kind, detail):
         if self.on_event is not None:
             if detail is not None and not isinstance(detail, str):
-                detail = _hex(detail)
+                detail = platform.hexstr(detail)
             self.on_event(kind, detail)
 
     # ---- ports --------------------------------------------------------

@@ -13,7 +13,7 @@ from pyspark.sql import types as T
 
 SCHEMA_VERSION = 1
 KINDS = ("state", "peers", "counters", "probe", "event", "topology")
-LINK_NAMES = ("local", "wifi", "bonjour", "remote", "ble")
+from snake.telemetry import LINK_NAMES  # noqa: E402,F401  (the firmware's names)
 CORRUPT = "_corrupt_record"
 KEY_RE = "^[0-9a-f]{64}$"
 

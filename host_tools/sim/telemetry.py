@@ -11,7 +11,7 @@ from snake import report
 
 VERSION = 1
 KINDS = ("state", "peers", "counters", "probe", "event", "topology")
-LINK_NAMES = ("local", "wifi", "bonjour", "remote", "ble")
+from snake.telemetry import LINK_NAMES  # noqa: E402,F401  (the firmware's names)
 
 # Required fields per kind (beyond v, kind, t, node) and their JSON types.
 _NUM = (int, float)

@@ -22,9 +22,6 @@ use without pressure); SNAKEMESH_HEAP_SECONDS the duration.
 
 3. `snakemesh mesh --micropython PATH --heapsize SIZE` runs every node on
    that interpreter with that heap (the frozen 32-bit build at 110K here).
-4. ESP32_LARGE_MESH: since 2026-11-25 the same tables as ESP32_GENERIC
-   (which carries the tables of a ~250-board mesh within 35 %), kept by
-   name: its profile must stay ESP32_GENERIC's, so case 1 covers it.
 """
 import json
 import os
@@ -58,26 +55,6 @@ def test_node_fits_board_heap_with_full_tables(profile, tmp_path):
     res = heap_scenario.run(profile, variant, heap, SECONDS, str(tmp_path / "run"))
     print("\n" + "\n".join(heap_scenario.report(res)))
     assert not res.errors, "\n".join(res.errors)
-
-
-# ESP32_LARGE_MESH put the tables of a ~250-board mesh (160 routes + 32
-# hints, depth 30) on a plain ESP32 at ~32 % free; since one large buffer
-# serves receiving and sending (2026-11-25) ESP32_GENERIC carries them
-# within 35 % (case 1), and ESP32_LARGE_MESH is kept by name only: the
-# same profile, the same heap figures for `snakemesh deploy`.
-def test_large_mesh_profile_is_esp32_generic():
-    from host_tools import boards, BOARDS_DIR
-    prof = {}
-    for name in ("ESP32_GENERIC", "ESP32_LARGE_MESH"):
-        with open(os.path.join(BOARDS_DIR, name, "profile.json")) as f:
-            d = json.load(f)
-        assert d.pop("name") == name
-        d.pop("_comment")
-        prof[name] = d
-    assert prof["ESP32_LARGE_MESH"] == prof["ESP32_GENERIC"]
-    assert prof["ESP32_GENERIC"]["max_routes"] == 160 and prof["ESP32_GENERIC"]["max_hops"] == 30
-    assert boards.HEAP_NEED["ESP32_LARGE_MESH"] == boards.HEAP_NEED["ESP32_GENERIC"]
-    assert boards.BOARDS["ESP32_LARGE_MESH"].chip == boards.BOARDS["ESP32_GENERIC"].chip
 
 
 def cli(*args, timeout=300):
@@ -127,7 +104,6 @@ def test_deploy_heap_figures_are_current(tmp_path):
     # ESP32_GENERIC (depth 30, 160 routes: sized to the plain ESP32's frozen
     # budget) and _S3 (depth 10: its .mpy case was short of 35 %, README
     # Memory) differ in their tables, so each is measured both ways
-    # (ESP32_LARGE_MESH is ESP32_GENERIC's profile: test above)
     report = []
     bad = []
     for profile, variant, heap, key in NEED_RUNS:

@@ -82,7 +82,7 @@ def test_the_real_prefix_is_two_bytes(root_seed):
     pub = nacl_pub(root_seed)
     assert keystore.is_root_key(pub) and pub[:2] == b"\xff\xff"
     assert keystore.is_root_candidate("GATEWAY")
-    for name in ("UNIX", "ESP32_GENERIC", "ESP32_LARGE_MESH", None):
+    for name in ("UNIX", "ESP32_GENERIC", "ESP32_GENERIC_C3", None):
         assert not keystore.is_root_candidate(name)
 
 

@@ -12,7 +12,7 @@ import binascii
 import sys
 
 from snake import platform
-from snake.runtime.console import ConsoleError, COMMANDS, _hex
+from snake.runtime.console import ConsoleError, COMMANDS
 
 # the record builders, held while this module is (and dropped with it)
 report = platform.cold("snake.report")
@@ -81,7 +81,7 @@ def boot_reply(c):
     d = {"re": "boot", "ok": c.node is not None}
     n = c.node
     if n is not None:
-        d["key"] = _hex(n.key)
+        d["key"] = platform.hexstr(n.key)
         d["board"] = n.profile.name
         d["listen"] = n.listeners
         if n.warnings:
@@ -198,8 +198,8 @@ def _run(c, cmd, args, rid):
         sn = r.snake
         desc = None
         if sn.desc_valid:
-            desc = {"key": _hex(sn.desc_key), "port": sn.desc_port,
-                    "root": _hex(sn.desc_root), "root_seq": sn.desc_root_seq}
+            desc = {"key": platform.hexstr(sn.desc_key), "port": sn.desc_port,
+                    "root": platform.hexstr(sn.desc_root), "root_seq": sn.desc_root_seq}
         return {"desc": desc, "routes": sn.routes.count}
     if cmd == "routes":
         _need(args, 0, 0, "routes")

@@ -40,7 +40,6 @@
 # does not hold their code; status/stats/mem/telemetry figures of the heap are
 # taken before they are loaded (the node's steady state).
 import asyncio
-import binascii
 import json
 import sys
 
@@ -101,11 +100,6 @@ def parse_request(line):
             raise ConsoleError("missing command after the id")
     return rid, parts[0], parts[1:]
 
-
-def _hex(b):
-    if b is None:
-        return None
-    return binascii.hexlify(bytes(b)).decode()
 
 
 class Console:
@@ -395,7 +389,7 @@ class Console:
         if not platform.BOARD:
             d["t"] = platform.wall_ms() / 1000
         d["up"] = n.uptime_s()
-        d["node"] = _hex(n.key)
+        d["node"] = platform.hexstr(n.key)
         return d
 
     def on_event(self, kind, detail):

@@ -5,7 +5,6 @@
 # sys.modules at once on MicroPython: the command's coroutine keeps the
 # code while it runs, and the heap is rid of it when it ends. Replying to
 # others' probes (probe.py: Prober.on_deliver/on_expired/flush) stays hot.
-import binascii
 
 from snake import platform
 from snake.runtime.stream import sleep_ms
@@ -16,9 +15,6 @@ _TRACE_MAX_SILENT = const(3)  # stop a trace after this many unanswered probes i
 _SLOTS = const(12)            # the same as in probe.py
 _STATS = const(5)             # counters in Prober.stats (probe.py _P_*, report.PROBE_STATS)
 
-
-def _hex(b):
-    return binascii.hexlify(bytes(b)).decode()
 
 
 def _done(d, reply, cmd):
@@ -92,7 +88,7 @@ async def ping(pr, dst, count, interval_ms, timeout_ms, reserved, reply=None):
         for i, t0 in inflight:
             pr._free(i)
         pr.sessions -= 1
-    return _done({"dst": _hex(dst), "sent": sent, "received": len(rtts), "rtts_ms": rtts}, reply, "ping")
+    return _done({"dst": platform.hexstr(dst), "sent": sent, "received": len(rtts), "rtts_ms": rtts}, reply, "ping")
 
 
 async def trace(pr, dst, max_ttl, timeout_ms, reserved, reply=None):
@@ -115,7 +111,7 @@ async def trace(pr, dst, max_ttl, timeout_ms, reserved, reply=None):
                 await sleep_ms(10)
             got = pr.s_got[i]
             if got == TRACE_HOP or got == TRACE_END:
-                hops.append({"key": _hex(pr.s_from[32 * i:32 * i + 32]),
+                hops.append({"key": platform.hexstr(pr.s_from[32 * i:32 * i + 32]),
                              "rtt_ms": round(pr.s_rtt[i] / 1000, 3)})
                 silent = 0
                 if got == TRACE_END:
@@ -133,4 +129,4 @@ async def trace(pr, dst, max_ttl, timeout_ms, reserved, reply=None):
     # unanswered probes after the last answer say nothing: drop them
     while hops and hops[-1]["key"] is None:
         hops.pop()
-    return _done({"dst": _hex(dst), "ok": reached, "hops": hops}, reply, "trace")
+    return _done({"dst": platform.hexstr(dst), "ok": reached, "hops": hops}, reply, "trace")
