@@ -1,4 +1,4 @@
-"""Client for a snakemesh node's serial console (docs/INTERFACES.md,
+"""Client for a snakemesh node's serial console (docs/reference/INTERFACES.md,
 "Console protocol").
 
 The port is anything pyserial's serial_for_url() opens: a device path

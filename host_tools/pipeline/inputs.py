@@ -136,7 +136,7 @@ def classify(head):
 
 
 def is_console_capture(path):
-    """A console capture has `@sm ` lines (docs/INTERFACES.md, console
+    """A console capture has `@sm ` lines (docs/reference/INTERFACES.md, console
     protocol) within its first SNIFF_BYTES."""
     try:
         return classify(_head(path)) == "console"

@@ -1,4 +1,4 @@
-"""The telemetry record schema (docs/INTERFACES.md, "Telemetry records") as an
+"""The telemetry record schema (docs/reference/INTERFACES.md, "Telemetry records") as an
 explicit Spark schema, plus the validation rules that decide which lines are
 rejected and why.
 

@@ -1,7 +1,7 @@
 """One simulation run with outputs: the code behind ``snakemesh sim``.
 
 Writes to the output folder:
-- telemetry.jsonl: telemetry records (docs/INTERFACES.md), byte-identical for
+- telemetry.jsonl: telemetry records (docs/reference/INTERFACES.md), byte-identical for
   the same inputs and seed;
 - topology.txt: the topology used (shared format, ``@`` options where an edge
   is not a default Wi-Fi link);

@@ -1,4 +1,4 @@
-"""Telemetry writer for the simulator (docs/INTERFACES.md "Telemetry
+"""Telemetry writer for the simulator (docs/reference/INTERFACES.md "Telemetry
 records"): versioned JSON lines, one record per line.
 
 Output is canonical so that the same seed gives byte-identical files: keys

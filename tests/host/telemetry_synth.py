@@ -3,7 +3,7 @@
 Given a topology (networkx graph, node names), a seed and a scenario, this
 schedules how every node's view evolves (tree root, parent, descending key),
 when pings/traces run and which paths they take, how counters grow, and
-emits telemetry records in the docs/INTERFACES.md format. It returns the
+emits telemetry records in the docs/reference/INTERFACES.md format. It returns the
 records together with an independent ground truth built from its own
 schedule: convergence times, per-probe stretch computed from the paths it
 generated, delivery ratio, counter totals.

@@ -1,140 +1,23 @@
 # The firmware's layers (firmware/snake/__init__.py): imports point one way,
 # core <- runtime <- cold code, with no import circles, and host-only code
-# (snakehost) reached only by name. Read from the source with ast, so the
-# rules hold for every module added later too.
+# (snakehost) reached only by name. Read from the source with ast
+# (tools/fwmap.py), so the rules hold for every module added later too; the
+# same reading generates docs/reference/INTERFACES.md's module map.
 import ast
 import os
+import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FW = os.path.join(ROOT, "firmware")
-
-
-def module_files(fw=FW):
-    """{module name: path} of every Python file under firmware/."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(fw):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        for fn in sorted(filenames):
-            if not fn.endswith(".py"):
-                continue
-            rel = os.path.relpath(os.path.join(dirpath, fn), fw)[:-3].replace(os.sep, ".")
-            if rel.endswith(".__init__"):
-                rel = rel[:-len(".__init__")]
-            out[rel] = os.path.join(dirpath, fn)
-    return out
-
-
-def read_imports(path, known):
-    """(static imports, names given to a cold() call) of one file. An import
-    anywhere in the file counts (function-level imports too); `from pkg
-    import name` is an import of pkg.name when that is a module."""
-    with open(path) as f:
-        tree = ast.parse(f.read(), path)
-    static, cold = set(), set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                static.add(a.name)
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "%s: relative import" % path
-            for a in node.names:
-                sub = node.module + "." + a.name
-                static.add(sub if sub in known else node.module)
-        elif isinstance(node, ast.Call):
-            fn = node.func
-            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
-            if name == "cold":
-                assert len(node.args) == 1 and isinstance(node.args[0], ast.Constant), \
-                    "%s line %d: cold() takes the module's name as a string" % (path, node.lineno)
-                cold.add(node.args[0].value)
-    return static, cold
-
-
-def layer(mod):
-    if mod == "main":
-        return "main"
-    if mod == "snakehost" or mod.startswith("snakehost."):
-        return "host"
-    if mod.startswith("snake.runtime"):
-        return "runtime"
-    return "core"
-
-
-def graph(fw=FW):
-    files = module_files(fw)
-    edges, cold = {}, set()
-    for mod, path in files.items():
-        static, c = read_imports(path, files)
-        # only firmware modules are nodes (asyncio, binascii ... are not)
-        edges[mod] = sorted(m for m in static if m in files)
-        cold |= c
-    return files, edges, cold
-
-
-def violations(fw=FW):
-    """Every broken rule, one line each (empty: the layers hold)."""
-    files, edges, cold = graph(fw)
-    bad = []
-    for name in sorted(cold):
-        if name not in files:
-            bad.append("cold(%r) names no module under firmware/" % name)
-    for mod in sorted(edges):
-        for dep in edges[mod]:
-            if dep in cold:
-                bad.append("%s imports cold module %s (only platform.cold(%r) may load it)"
-                           % (mod, dep, dep))
-            if layer(dep) == "host" and layer(mod) != "host":
-                bad.append("%s imports host-only %s (firmware reaches it only through platform.cold)"
-                           % (mod, dep))
-            if layer(mod) == "core" and layer(dep) in ("runtime", "main"):
-                bad.append("core module %s imports %s module %s" % (mod, layer(dep), dep))
-            if layer(mod) == "runtime" and layer(dep) == "main":
-                bad.append("runtime module %s imports main" % mod)
-        if mod == "snake.platform" and edges[mod]:
-            bad.append("snake.platform imports %s (it is the bottom layer)" % ", ".join(edges[mod]))
-    for c in circles(edges):
-        bad.append("import circle: " + " -> ".join(c + [c[0]]))
-    return bad
-
-
-def circles(edges):
-    """Strongly connected components with more than one module (or a module
-    importing itself), by Tarjan's algorithm."""
-    index, low, on, stack, out = {}, {}, set(), [], []
-    counter = [0]
-
-    def visit(v):
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in edges.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1 or v in edges.get(v, ()):
-                out.append(sorted(comp))
-
-    for v in sorted(edges):
-        if v not in index:
-            visit(v)
-    return out
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import fwmap  # noqa: E402
+from fwmap import graph, violations  # noqa: E402
 
 
 def test_firmware_imports_point_one_way_without_circles():
-    files, edges, cold = graph()
+    files, edges, loads, cold = graph()
     # the rules have something to bite on: the layers and the cold halves exist
     assert {"snake.router", "snake.runtime.node", "snakehost.wire_host", "main"} <= set(files)
     assert {"snake.runtime.boot", "snake.runtime.cmds", "snake.runtime.probing",
@@ -207,3 +90,21 @@ def test_probe_counter_count_agrees():
     h = _consts(os.path.join(FW, "snake/runtime/probe.py"))
     p = sorted(v for k, v in h.items() if k.startswith("_P_"))
     assert p == list(range(c["_STATS"])) and len(report.PROBE_STATS) == c["_STATS"]
+
+
+def test_interfaces_page_lists_every_firmware_module_as_it_is():
+    with open(fwmap.PAGE) as f:
+        text = f.read()
+    assert fwmap.render(text) == text, "run: python tools/fwmap.py"
+    for mod in fwmap.module_files():
+        assert "| `%s` (" % mod in text, mod
+
+
+def test_interfaces_page_goes_stale_when_a_module_changes(tmp_path):
+    # a new module under firmware/ changes the map, so the check above bites
+    fw = _copy_tree(tmp_path)
+    (fw / "snake" / "extra.py").write_text("# An extra module.\nfrom snake import wire\n")
+    with open(fwmap.PAGE) as f:
+        text = f.read()
+    new = fwmap.render(text, str(fw))
+    assert new != text and "| `snake.extra` (firmware/snake/extra.py) | An extra module. | hot | `snake.wire` |" in new

@@ -1,5 +1,5 @@
 """A fake snakemesh console node, for tests only (never used by production
-code). It serves the console protocol of docs/INTERFACES.md over a
+code). It serves the console protocol of docs/reference/INTERFACES.md over a
 pseudo-terminal (like a unix-port node or a USB serial board) or over a TCP
 socket (pyserial's socket:// URL), and can misbehave on purpose:
 
