@@ -391,26 +391,21 @@ class Router:
         bootstrap only reaches its true successor once the keys between
         have installed routes along its path, and those routes come from
         other nodes' bootstraps, so one wrong entry is fixed only after a
-        chain of other nodes' next bootstraps (on a 250-node random graph
-        the low keys wait for chains of a dozen rounds). At one round per
-        5 s a rebuild took 20-50 s on a 50-node tree (every crash or flap
-        there re-roots whole subtrees twice). Rounds at 1-2 s while the
-        change is fresh rebuild it in a few seconds (rgg:250 with host
-        tables, seeds 1-3: 50 / 22 / 12 s with the earlier ramp of 1, 1, 2,
-        2, 3, 4 s and the reference's wakeups, 19 / 13 / 9 s now; make bench
-        figure 6 for the shared graphs), then the reference's 5 s.
+        chain of other nodes' next bootstraps (on a large random graph the
+        low keys wait for chains of a dozen rounds). At one round per 5 s a
+        rebuild takes tens of seconds, and every crash or flap re-roots
+        whole subtrees twice; rounds at 1-2 s while the change is fresh
+        rebuild it in a few seconds, then the reference's 5 s (make bench
+        figure 6 measures it on shared graphs).
 
         Why 5 s in steady state, not more: every relay on the path expires
         our route, and our successor its descending entry, 10 s after the
         last bootstrap (the seeds' rule), so at 5 s one lost bootstrap
-        expires nothing. Until 2026-11-25 the ramp went on at 5, 5, 5, 6,
-        6 s to a steady 7 s (19-23 % fewer steady control bytes, figure
-        6); then one bootstrap
-        lost to a path still settling elsewhere (a relay's route rerouted or
-        evicted) let routes and a descending entry expire, and their
-        repair cost more rounds: ba:500:2 (seeds 1-4, 160 routes)
-        converged at 76 / 85 / 12.5 s / not at all with it, at 7.25 / 6.75
-        / 12.5 / 9 s with 5 s (docs/CAPACITY.md "The late expiries").
+        expires nothing. A longer steady interval saves control bytes, but
+        then one bootstrap lost to a path still settling elsewhere (a
+        relay's route rerouted or evicted) lets routes and a descending
+        entry expire, and their repair costs more rounds than the bytes
+        saved (docs/CAPACITY.md "The late expiries").
         Only when we send our own bootstraps differs from the reference
         (each still signed, with a higher sequence), so peers running it
         see nothing unusual."""
@@ -477,7 +472,7 @@ class Router:
         # coordinates (the destination moved in the tree; caches live 1 min),
         # and from here on the fresh watermark guards against loops (the
         # previous hop drops it if it would come back again). Dropping it
-        # lost ~2 % of pings for a minute after every tree change
+        # loses pings for a minute after every tree change
         # (tests/host/test_faults_sim.py).
         if nh == port and not from_tree:
             c.drops[D_LOOP] += 1
@@ -788,20 +783,17 @@ class Router:
         our descending entry in well under a bootstrap interval
         (Router._wakeup_news). While our root stays the same nothing about
         us is new, and the snake keeps itself right with bootstraps alone.
-        The reference's periodic flood was the largest part of the control
-        bytes in steady state: 47 % on sim.txt, 32 % on grid4-0049 (make
-        bench, figure 6). The wakeup a new peer gets from us
+        The reference's periodic flood is the largest part of the control
+        bytes in steady state (make bench, figure 6). The wakeup a new peer gets from us
         (PROTOCOL_NOTES.md difference 5) stays. Waiting for the root to
         settle spares the floods of the first seconds of a mesh, when roots
         change several times and nodes on another root drop a wakeup anyway.
 
         Our wakeups carry hop limit WAKEUP_HOP_LIMIT (3; the reference 5):
         a flood's cost grows with the neighbourhood it covers, and when a
-        whole mesh starts every node floods once. Measured on rgg:250
-        (seeds 1-3) with hop limit 5: converged 22 / 11 / 7 s, 81 KB sent
-        per node until then; hop limit 3: 19 / 13 / 9 s, 59 KB; no flood
-        at all: 21 / 16 / 9 s, 51 KB (the earlier policy: 50 / 22 / 12 s,
-        53 KB)."""
+        whole mesh starts every node floods once. Hop limit 3 converges
+        as fast as 5 with fewer bytes sent, and faster than no flood at all
+        (docs/CAPACITY.md "Wakeup hop limit")."""
         if self.wakeup_every:
             return ticks_diff(now, self.last_wakeup) >= self.wakeup_every
         return (self.wk_root != self.last_root

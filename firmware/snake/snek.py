@@ -367,9 +367,8 @@ class Snake:
         # traffic; the seed text has the exact match only. Without it a
         # bootstrap sees only its path's ancestors and routes, and on a
         # mesh with hubs it dead-ends short of its true successor for
-        # minutes (ba:500:2: 30 % of descending entries wrong after 90 s,
-        # all right in 10 s with it); traffic takes the reference's paths
-        # (first-message stretch on grid4-0049 1.70 -> 1.69, figure 6). A
+        # minutes (docs/CAPACITY.md); traffic still takes the reference's
+        # paths (make bench figure 6, first-message stretch). A
         # binary search in the hop pool's key order (Tree.peer_key_between).
         if not exact:
             p = tree.peer_key_between(dst, bbuf, boff)

@@ -342,8 +342,8 @@ class Console:
         # the probe's record (~250 B) would stay with it, and
         # snake/runtime/probing.py's code (~2 KB as .mpy) with the coroutine (let
         # go below); only the coroutine's own frame holds the record. This
-        # frame is small too (112 B, was 144: one handler, a short stack;
-        # the error replies are _probe_failed's)
+        # frame is kept small too (one handler, a short stack; the error
+        # replies are _probe_failed's)
         e = None
         try:
             await coro

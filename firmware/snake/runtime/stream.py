@@ -182,7 +182,7 @@ async def run(node, link):
         # kept per link); the handshake's 104 bytes and their view go back
         # to the heap for as long as the link lives. Few locals and
         # handlers: this coroutine's frame is kept per link (each local is a
-        # word of it, each handler three; 128 B on a 32-bit port, was 144),
+        # word of it, each handler three),
         # so the node's tables are read through node, and handing a frame to
         # the router is _receive's.
         hb = bytearray(_HL)
