@@ -3,7 +3,6 @@
 # Counters are preallocated lists indexed by constants, so counting on the
 # hot path allocates nothing. Records (dicts) are only built when the console
 # or the telemetry stream asks for them.
-from snake import platform
 from snake.platform import const
 from snake.wire import TYPE_NAMES
 
@@ -65,4 +64,5 @@ class Counters:
 
     def as_dict(self):
         # the record (names, not indices): snake/report.py, cold code
-        return platform.cold("snake.report").counters(self)
+        from snake.platform import cold
+        return cold("snake.report").counters(self)

@@ -10,8 +10,14 @@ import sys
 
 from snake import platform, crypto
 from snake.platform import const
-from snake.runtime.node import Node, _unload
+from snake.runtime.node import Node
 from snake.runtime.stream import sleep_ms
+
+
+def _unload(name):
+    platform.unload(name)
+    import gc
+    gc.collect()
 
 
 def _log_line(msg):

@@ -676,7 +676,7 @@ def main(argv=None, heap0=None):
         return 0
     except MemoryError:
         boot = args = run = None
-        _unload("snake.runtime.config")
+        platform.unload("snake.runtime.config")
         try:
             return platform.cold("snake.runtime.boot").out_of_memory()
         except MemoryError:
@@ -687,17 +687,10 @@ def main(argv=None, heap0=None):
 async def _run(boot, args):
     console, meter = await boot.start(args)
     boot = args = None
-    import gc
-    gc.collect()
     if meter is not None:
-        meter.mark("code")      # the boot code left the heap again: net of it
+        meter.mark("code")      # the boot code left the heap again (mark collects first): net of it
     await console.run()
     # stdin closed: keep routing (a board without a host, a detached node)
     while True:
         await stream.sleep_ms(3600000)
 
-
-def _unload(name):
-    platform.unload(name)
-    import gc
-    gc.collect()
