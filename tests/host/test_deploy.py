@@ -175,7 +175,9 @@ def test_build_of_the_real_tree_for_every_board(tmp_path):
         items = deploy.build(boards.get_board(name), str(tmp_path / name))
         paths = [i.device_path for i in items]
         assert "/main.py" in paths and "/profile.json" in paths
-        assert any(p.startswith("/snake/") for p in paths)
+        assert "/snake/router.mpy" in paths and "/snake/runtime/node.mpy" in paths
+        # host-only code (firmware/snakehost) never goes to a board
+        assert not [p for p in paths if "snakehost" in p], paths
 
 
 # ------------------------------------------------------------------- deploy --
