@@ -371,7 +371,7 @@ def test_malformed_datagrams_are_counted_never_raised():
 
 
 def test_other_payloads_are_left_to_other_layers():
-    from snake import probe
+    from snake.runtime import probe
     b = Net().add(KB)
     assert b.receive(KA, probe.make(probe.PING, 5), 0) is False
     assert b.receive(KA, b"hello", 0) is False
@@ -517,7 +517,7 @@ def test_datagrams_cross_relays_on_real_routers_with_a_lost_fragment():
 
 
 def test_datagrams_and_probes_share_the_traffic_payload():
-    from snake import probe
+    from snake.runtime import probe
     ln = Line([61, 62, 63])
     ln.run(2000)
     r0 = ln.nodes[0][0]

@@ -112,7 +112,7 @@ def _relay_hop_limit(n, payload, hop_limit, t):
 
 
 def test_trace_probes_are_counted_down_by_relays_and_end_at_one():
-    from snake import probe
+    from snake.runtime import probe
     n = setup()
     n.r.port_up(2, pub(2), 1, 2)
     expired = []
@@ -141,7 +141,7 @@ def test_reference_hop_limits_are_left_as_they_are():
     # the reference originates traffic with 10 and its relays (hop limiting
     # off) never count it down: a snakemesh relay leaves 10 and below alone,
     # or reference traffic would die after 9 snakemesh relays
-    from snake import probe
+    from snake.runtime import probe
     n = setup()
     n.r.port_up(2, pub(2), 1, 2)
     assert _relay_hop_limit(n, b"x", 10, 10) == 10
@@ -151,7 +151,7 @@ def test_reference_hop_limits_are_left_as_they_are():
 
 
 def test_without_hop_limiting_nothing_is_counted_down():
-    from snake import probe
+    from snake.runtime import probe
     n = setup(hop_limiting=False)
     n.r.port_up(2, pub(2), 1, 2)
     assert _relay_hop_limit(n, b"x", 255, 10) == 255

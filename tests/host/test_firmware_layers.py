@@ -108,3 +108,11 @@ def test_interfaces_page_goes_stale_when_a_module_changes(tmp_path):
         text = f.read()
     new = fwmap.render(text, str(fw))
     assert new != text and "| `snake.extra` (firmware/snake/extra.py) | An extra module. | hot | `snake.wire` |" in new
+
+
+def test_router_copy_of_the_trace_probe_format_agrees_with_probe():
+    # the core cannot import the runtime's probe.py, so router.py recognises
+    # a trace probe by copies of its length and kind
+    from snake.runtime import probe
+    r = _consts(os.path.join(FW, "snake/router.py"))
+    assert r["_TRACE_KIND"] == probe.TRACE and r["_TRACE_LEN"] == probe.PAYLOAD_LEN
