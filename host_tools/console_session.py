@@ -32,7 +32,7 @@ LOCAL_COMMANDS = ("quit", "exit")
 HISTORY_ENV = "SNAKEMESH_HISTORY"
 HISTORY_LEN = 1000
 KEY_COMMANDS = ("ping", "trace")
-# What `help` shows for each command (firmware/snake/console.py answers
+# What `help` shows for each command (firmware/snake/runtime/console.py answers
 # `help` with the names only, to keep its text off the board's heap).
 HELP = {
     "help": ("help [COMMAND]", "list the commands, or say how to use one"),
