@@ -12,7 +12,7 @@ graph or a topology file and samples every node once per virtual second:
   hops     distinct announcement hops a node stores across all its peers
            (the hop pool's occupancy; what sharing prefixes saves)
 
-and reports, next to them, the capacity model of docs/CAPACITY.md for the same
+and reports, next to them, the capacity model of docs/reports/CAPACITY.md for the same
 graph (expected busiest-node routes, tree depth), convergence (first time the
 ground truth held: tree agreed and every descending entry right), the
 snake-correct ratio at the end, and ping delivery at the profile's traffic hop

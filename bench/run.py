@@ -3,7 +3,7 @@
     .venv/bin/python bench/run.py [--quick] [--only N[,N...]] [--reps K]
                                   [--out bench/results.json] [--esp32-factor X]
 
-Runs every figure (bench/figures/f<N>_*.py, described in docs/BENCH.md),
+Runs every figure (bench/figures/f<N>_*.py, described in docs/reports/BENCH.md),
 writes bench/results.json and prints a table: figure, metric, value, ratio
 (timings against a baseline measured in the same run), target, pass/fail.
 A figure that cannot run here (a missing part) is reported as
@@ -153,7 +153,7 @@ def table(results, out=sys.stdout):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="snakemesh benchmark suite (docs/BENCH.md)")
+    p = argparse.ArgumentParser(description="snakemesh benchmark suite (docs/reports/BENCH.md)")
     p.add_argument("--quick", action="store_true",
                    help="scaled-down run (200-node sim, fewer repetitions): a few minutes")
     p.add_argument("--only", action="append", metavar="N", help="only these figures (e.g. 1,2 or repeat)")

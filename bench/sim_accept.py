@@ -16,7 +16,7 @@ are checked on the run's summary:
   snake_converged_s          the descending entries were all right from this
                              time to the end (convergence.snake_held_from)
   delivery_ratio             pings answered / pings sent
-  capacity_warnings          truth.json's, by analyze's rule (docs/CAPACITY.md)
+  capacity_warnings          truth.json's, by analyze's rule (docs/reports/CAPACITY.md)
 
 `run_case()` returns a dict for bench/figures/f9_sim_accept.py; --json
 prints it (one object per case, one per line).
@@ -163,7 +163,7 @@ def main(argv=None):
                    help="base profile of every case (default ESP32_GENERIC, as the issue names it)")
     p.add_argument("--gateway-root", action="store_true",
                    help="keys by the provisioning policy 'a gateway is the root' in the cases with "
-                        "GATEWAY hubs (docs/CAPACITY.md)")
+                        "GATEWAY hubs (docs/reports/CAPACITY.md)")
     p.add_argument("--json", action="store_true", help="one JSON object per case, nothing else")
     a = p.parse_args(argv)
     bad = False

@@ -52,7 +52,7 @@ BOARDS = {
     "ESP32_GENERIC_C3": Board("ESP32_GENERIC_C3", "esp32c3", 0x0, "rv32imc", 5, "ESP32-C3"),
     # an ESP32 with PSRAM (WROVER): MicroPython's ESP32_GENERIC image, SPIRAM
     # variant (ESP32_GENERIC-SPIRAM on micropython.org), the tables of a
-    # ~1,000-board mesh (docs/CAPACITY.md)
+    # ~1,000-board mesh (docs/reports/CAPACITY.md)
     "ESP32_SPIRAM": Board("ESP32_SPIRAM", "esp32", 0x1000, "xtensawin", 0, "ESP32 with PSRAM",
                           image="ESP32_GENERIC", variant="SPIRAM"),
 }

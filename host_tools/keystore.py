@@ -5,7 +5,7 @@ A node key is a 32-byte ed25519 seed. On disk it is either the raw 32 bytes
 around them allowed). The seed is never printed; only the public key is.
 Public keys on the command line are 64 hex digits.
 
-Provisioning policy "a gateway is the root" (docs/CAPACITY.md): the tree's
+Provisioning policy "a gateway is the root" (docs/reports/CAPACITY.md): the tree's
 root is the node with the highest public key, and SNEK paths concentrate
 near the root, so the root should be a node with hub-sized tables. Nodes
 that run a root-candidate profile (ROOT_CANDIDATE_PROFILES: GATEWAY) get a
@@ -56,7 +56,7 @@ def new_seed():
 # profile loader rejects keys it does not know).
 ROOT_CANDIDATE_PROFILES = ("GATEWAY",)
 # A root candidate's public key starts with these bytes; no other key made
-# here does. Two bytes: ~65,536 draws (~2 s with PyNaCl; docs/CAPACITY.md).
+# here does. Two bytes: ~65,536 draws (~2 s with PyNaCl; docs/reports/CAPACITY.md).
 ROOT_PREFIX = b"\xff\xff"
 
 

@@ -1,1 +1,1 @@
-"""One module per benchmark figure (see docs/BENCH.md); bench/run.py runs them."""
+"""One module per benchmark figure (see docs/reports/BENCH.md); bench/run.py runs them."""

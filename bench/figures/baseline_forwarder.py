@@ -22,7 +22,7 @@ async def forward(reader, writer):
     port = int(sys.argv[3])
     out_r, out_w = await asyncio.open_connection(host, port)
     if NODELAY:
-        # the same socket option as the node's links (docs/PROTOCOL_NOTES.md: TCP_NODELAY on)
+        # the same socket option as the node's links (docs/reference/PROTOCOL_NOTES.md: TCP_NODELAY on)
         out_w.s.setsockopt(6, 1, 1)     # IPPROTO_TCP, TCP_NODELAY
     frames = 0
     try:

@@ -7,7 +7,7 @@
 # for the same computation (tests/perf_bench/bm_pidigits.py at N=100 M=100
 # computes 65 digits; its score is digits per second) measured on ESP32
 # boards, so the ratio host score / ESP32 score translates a time measured
-# on the unix port of this machine into an ESP32 time (docs/BENCH.md).
+# on the unix port of this machine into an ESP32 time (docs/reports/BENCH.md).
 import sys
 import json
 

@@ -10,7 +10,7 @@ and the tables of a ~1,000-board mesh) in place of ESP32_GENERIC.
 One row per target: snake_correct_ratio_final, snake converged (every
 descending entry right from that time to the end of the run), ping delivery
 (100 random pairs x 2 after the deadline), capacity_warnings (truth.json,
-analyze's rule); the figures are the simulator's truth (docs/SIMULATOR.md).
+analyze's rule); the figures are the simulator's truth (docs/guides/SIMULATOR.md).
 For the overload case `snakemesh analyze` also runs on the telemetry when
 the pipeline is installed, and its summary.json capacity_warnings count is
 shown next to the simulator's. --quick runs small versions of the cases

@@ -121,7 +121,7 @@ class Fixture:
         # shares a prefix of it and ends in hops of its own, also max_hops
         # deep, with the prefixes chosen so that the distinct hops of all
         # announcements fill the hop pool exactly (neighbours' paths share
-        # their way down from the root; docs/CAPACITY.md).
+        # their way down from the root; docs/reports/CAPACITY.md).
         pool = prof.hop_pool if prof.hop_pool else 2 * H + 2 * P
         rest = pool - H
         own = [0] * (P + 1)

@@ -171,7 +171,7 @@ def occupancy(r):
 def capacity(r):
     """The tables that bound the mesh a node can be part of:
     {table: [used, capacity, refused]} with `refused` cumulative since
-    boot (telemetry `counters` and console `status`, see docs/CAPACITY.md):
+    boot (telemetry `counters` and console `status`, see docs/reports/CAPACITY.md):
       peers   ports up / max_peers / links refused for want of a port
       routes  route entries / max_routes / bootstraps refused plus live
               entries evicted for lack of room

@@ -405,7 +405,7 @@ class Router:
         then one bootstrap lost to a path still settling elsewhere (a
         relay's route rerouted or evicted) lets routes and a descending
         entry expire, and their repair costs more rounds than the bytes
-        saved (docs/CAPACITY.md "The late expiries").
+        saved (docs/reports/CAPACITY.md "The late expiries").
         Only when we send our own bootstraps differs from the reference
         (each still signed, with a higher sequence), so peers running it
         see nothing unusual."""
@@ -793,7 +793,7 @@ class Router:
         a flood's cost grows with the neighbourhood it covers, and when a
         whole mesh starts every node floods once. Hop limit 3 converges
         as fast as 5 with fewer bytes sent, and faster than no flood at all
-        (docs/CAPACITY.md "Wakeup hop limit")."""
+        (docs/reports/CAPACITY.md "Wakeup hop limit")."""
         if self.wakeup_every:
             return ticks_diff(now, self.last_wakeup) >= self.wakeup_every
         return (self.wk_root != self.last_root

@@ -1,6 +1,6 @@
 # Virtual snake (SNEK): routing table, descending entry, bootstrap handling
 # and SNEK next-hop selection, as the reference Pinecone router does them
-# (docs/PROTOCOL_NOTES.md "Virtual snake", and "Differences from the
+# (docs/reference/PROTOCOL_NOTES.md "Virtual snake", and "Differences from the
 # published text" for where the reference and the published rules differ).
 #
 # next_hop() is on the forwarding hot path: it allocates nothing. Its result
@@ -63,7 +63,7 @@ class Snake:
         # two array items are 8 bytes and reading them allocates nothing
         self.r_seq_hi = array("i", [0] * cap)
         self.r_seq_lo = array("i", [0] * cap)
-        # Route hints (a snakemesh overload policy, docs/CAPACITY.md): for
+        # Route hints (a snakemesh overload policy, docs/reports/CAPACITY.md): for
         # a key the full table has no room for, 9 bytes instead of ~50: the
         # first 4 key bytes, the port its bootstrap came from, when. Direct-
         # mapped (a newer key takes a busy slot). See fallback().
@@ -192,7 +192,7 @@ class Snake:
         return p
 
     def fallback(self, dst, wm_key, in_port, dead_end, now):
-        """Snakemesh overload policy (docs/CAPACITY.md; beyond the seeds,
+        """Snakemesh overload policy (docs/reports/CAPACITY.md; beyond the seeds,
         which assume every route fits): the frame would be dropped here (a
         dead end that is not ours, a loop, or a watermark worse than the
         frame's), and the key its watermark names, the key an upstream
@@ -219,7 +219,7 @@ class Snake:
     # ---- table eviction ----------------------------------------------------
     def _victim(self, table):
         """Eviction rule for a full routing table (a snakemesh policy: the
-        seeds assume room for every route; docs/CAPACITY.md): an expired
+        seeds assume room for every route; docs/reports/CAPACITY.md): an expired
         entry first; otherwise the entry whose key is farthest from our own
         key in keyspace (|entry - own| as 256-bit integers: the smallest or
         the largest key), but only if the new key is closer than it (else
@@ -367,7 +367,7 @@ class Snake:
         # traffic; the seed text has the exact match only. Without it a
         # bootstrap sees only its path's ancestors and routes, and on a
         # mesh with hubs it dead-ends short of its true successor for
-        # minutes (docs/CAPACITY.md); traffic still takes the reference's
+        # minutes (docs/reports/CAPACITY.md); traffic still takes the reference's
         # paths (make bench figure 6, first-message stretch). A
         # binary search in the hop pool's key order (Tree.peer_key_between).
         if not exact:
@@ -527,7 +527,7 @@ class Snake:
                 c.drops[D_WATERMARK] += 1
                 return -1
         desc_change = dead_end and self._desc_would_change(bkey, port)
-        # signature, by policy (docs/PROTOCOL_NOTES.md choice C):
+        # signature, by policy (docs/reference/PROTOCOL_NOTES.md choice C):
         #   all: always; on-change: when the route is new or its source port
         #   or root changes, or the descending entry would change; off: never
         policy = r.verify_policy
@@ -538,7 +538,7 @@ class Snake:
             need = (slot < 0 or self.r_src[slot] != port or self.r_root[slot] != rix
                     or desc_change)
             if need and slot < 0 and not desc_change and self._would_refuse(bkey):
-                # Overload (docs/CAPACITY.md): the full table would refuse
+                # Overload (docs/reports/CAPACITY.md): the full table would refuse
                 # this key, so nothing of ours changes but a route hint; the
                 # bootstrap goes on unverified and a node that stores its
                 # route verifies it. An overloaded board met every refused
@@ -570,7 +570,7 @@ class Snake:
             slot = self.routes.insert(bkey)
             self._new_key = None
             if slot < 0:
-                # Snakemesh overload policy (docs/CAPACITY.md; the seeds
+                # Snakemesh overload policy (docs/reports/CAPACITY.md; the seeds
                 # assume room for every route): the table is full of keys
                 # that matter more to us than this one. The bootstrap still
                 # goes on to its dead end, so its origin's place in the

@@ -6,7 +6,7 @@
 from snake.platform import const
 from snake.wire import TYPE_NAMES
 
-# Link types in the reference's numbering (docs/PROTOCOL_NOTES.md "Link types"); the
+# Link types in the reference's numbering (docs/reference/PROTOCOL_NOTES.md "Link types"); the
 # names are those of `peers` records.
 LINK_NAMES = ("local", "wifi", "bonjour", "remote", "ble")
 

@@ -1,6 +1,6 @@
 # Spanning tree: peers' announcements, parent selection, coordinates.
 #
-# Every rule of docs/PROTOCOL_NOTES.md "Spanning tree" lives in this module:
+# Every rule of docs/reference/PROTOCOL_NOTES.md "Spanning tree" lives in this module:
 #   - sanity checks on received announcements (sanity_check)
 #   - re-parenting on news from the parent / from another peer (handle)
 #   - parent selection (select_parent)
@@ -33,7 +33,7 @@ class Tree:
         # ann_path[p * H + i]. Announcements of neighbours share their
         # prefix from the root down, so a pool of ~2 x max_hops nodes holds
         # what max_peers raw frames of max_hops hops would (measured:
-        # docs/CAPACITY.md). Port 0 is the local router: its slots stay empty.
+        # docs/reports/CAPACITY.md). Port 0 is the local router: its slots stay empty.
         cap = profile.hop_pool if profile.hop_pool else 2 * H + 2 * profile.max_peers
         self.pool = HopPool(cap)
         self.ann_valid = bytearray(P)
@@ -369,7 +369,7 @@ class Tree:
             self.select_parent(now)
 
     def handle(self, port, buf, n, f, now):
-        """Apply the re-parenting rules (docs/PROTOCOL_NOTES.md) to an
+        """Apply the re-parenting rules (docs/reference/PROTOCOL_NOTES.md) to an
         announcement that passed the sanity checks. Returns False when it could not be stored."""
         key = self.r.key
         first = not self.ann_seen[port]

@@ -1,7 +1,7 @@
 # Pinecone wire codec: frames (version 0), the peer handshake (version 1),
 # varu64 integers and tree coordinates. Byte layouts follow the reference Go
 # router as captured in tests/data/pinecone_wire_vectors.json (where
-# docs/PROTOCOL_NOTES.md reads differently, the vectors are right).
+# docs/reference/PROTOCOL_NOTES.md reads differently, the vectors are right).
 #
 # Runs unchanged on MicroPython and CPython. The decoder (Frame.decode) and
 # the in-place rewrites (set_watermark, to_snek, set_hop_limit) are on the

@@ -9,7 +9,7 @@
   throughput and loss.
 - `proto.py`: the message format shared by the two (no CPython-only code).
 
-See docs/BLE.md.
+See docs/reference/BLE.md.
 """
 import os
 

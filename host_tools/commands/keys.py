@@ -12,7 +12,7 @@ bytes). Only the public key is ever printed. A key generated on the board
 with --force, since that changes the node's identity.
 
 Provisioning policy "a gateway is the root" (host_tools/keystore.py,
-docs/CAPACITY.md): `keygen --profile GATEWAY` (a root-candidate profile)
+docs/reports/CAPACITY.md): `keygen --profile GATEWAY` (a root-candidate profile)
 draws until the public key starts with 0xffff, so that the gateway is the
 tree's root; every other key made here (keygen without it, provision on
 the board) is drawn again in the rare case it starts with 0xffff.

@@ -1,4 +1,4 @@
-"""`snakemesh sim`: the virtual-time simulator (docs/SIMULATOR.md).
+"""`snakemesh sim`: the virtual-time simulator (docs/guides/SIMULATOR.md).
 
     snakemesh sim --topology sim --duration 120 --seed 1 --out out/sim
     snakemesh sim --generate rgg:1000 --duration 300 --seed 7 --out out/big --scenario churn.txt
@@ -22,14 +22,14 @@ def register(subparsers):
                     "ground truth to --out.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--topology", metavar="FILE|NAME",
-                     help="topology file (see docs/SIMULATOR.md) or a shipped one by name (e.g. grid4-0049)")
+                     help="topology file (see docs/guides/SIMULATOR.md) or a shipped one by name (e.g. grid4-0049)")
     src.add_argument("--generate", metavar="SPEC",
                      help="generated topology: grid:WxH, rgg:N[:RADIUS] (random geometric) or "
                           "ba:N:M (Barabasi-Albert scale-free: hubs)")
     p.add_argument("--duration", type=float, required=True, metavar="SECONDS", help="virtual seconds to run")
     p.add_argument("--seed", type=int, default=1, help="run seed: keys, timing, loss, pairs (default %(default)s)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
-    p.add_argument("--scenario", metavar="FILE", help="scripted events (docs/SIMULATOR.md)")
+    p.add_argument("--scenario", metavar="FILE", help="scripted events (docs/guides/SIMULATOR.md)")
     add_profile_options(p)
     p.add_argument("--profile-set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one setting of the base profile, e.g. max_hops=48 (repeatable; "

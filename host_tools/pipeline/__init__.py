@@ -4,7 +4,7 @@
     summary = analyze(["run.jsonl"], "out")        # Parquet tables + out/summary.json
     index_html = render_report("out")              # out/report/index.html + PNGs
 
-See docs/PIPELINE.md for the outputs and the rules behind each figure.
+See docs/guides/PIPELINE.md for the outputs and the rules behind each figure.
 """
 
 

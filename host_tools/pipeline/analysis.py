@@ -1,6 +1,6 @@
 """`snakemesh analyze`: telemetry JSON lines -> Parquet tables + summary.json.
 
-The plan, in Spark jobs (docs/PIPELINE.md, "How it runs"):
+The plan, in Spark jobs (docs/guides/PIPELINE.md, "How it runs"):
 
 1. read + parse + validate every input line once and write it once, as the
    `telemetry/` Parquet table partitioned by day and kind (rejected lines
@@ -1063,7 +1063,7 @@ def _days(t0, t1):
 def _node_json(n, row, fin, a, counters, control_rate, warn_tables, major, found, t_start, t_end, names,
                restarts):
     """One node of nodes.json (the dashboard's per-node table; schema in
-    docs/PIPELINE.md). Absent values are null, never NaN."""
+    docs/guides/PIPELINE.md). Absent values are null, never NaN."""
     def g(metric):
         return counters.get(metric, {})
 

@@ -2,7 +2,7 @@
 
 Pure functions over what `analyze` wrote (summary.json and one row per node):
 no Spark, no plotting. Every rule and threshold is here, in one place, and
-documented in docs/PIPELINE.md ("Health verdict"):
+documented in docs/guides/PIPELINE.md ("Health verdict"):
 
     rows = load_nodes(out_dir, summary)      # one dict per node
     judge_nodes(rows, summary)               # row["issues"], row["status"]
@@ -21,7 +21,7 @@ NOTE = "note"         # a reason that does not change the verdict
 LEVELS = (HEALTHY, DEGRADED, BROKEN)
 _RANK = {NOTE: 0, HEALTHY: 0, UNKNOWN: 1, DEGRADED: 2, BROKEN: 3}
 
-# Thresholds for a field mesh (docs/PIPELINE.md, "Health verdict").
+# Thresholds for a field mesh (docs/guides/PIPELINE.md, "Health verdict").
 THRESHOLDS = {
     "min_pings": 10,                  # fewer pings: delivery is a note, not a verdict
     "delivery_degraded": 0.95,        # ping delivery below this: degraded
@@ -107,7 +107,7 @@ def label(row):
 
 # -- per-node rows -----------------------------------------------------------------
 
-# The fields of one node (OUT/nodes.json, written by `analyze`; docs/PIPELINE.md):
+# The fields of one node (OUT/nodes.json, written by `analyze`; docs/guides/PIPELINE.md):
 # silent_s = seconds between the node's last record and the end of the data;
 # root_ok / snake_ok: true, false, or null when not judged (no state, down);
 # capacity = {table: {used, capacity, max_used, refused}} for routes/peers/depth.

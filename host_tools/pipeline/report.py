@@ -497,7 +497,7 @@ def _html(s, t, rows, level, reasons, svgs, notes, drew, missing):
     for x in reasons:
         p.append("<li><span class='lv %s'>%s</span>%s</li>" % (x["level"], "ok" if x["level"] == health.HEALTHY
                                                                else x["level"], _e(x["text"])))
-    p.append("</ul><div class='note'>Rules and thresholds: docs/PIPELINE.md, &ldquo;Health verdict&rdquo;."
+    p.append("</ul><div class='note'>Rules and thresholds: docs/guides/PIPELINE.md, &ldquo;Health verdict&rdquo;."
              "</div></section>")
     p.append(_tiles(s, rows, reasons))
 

@@ -76,7 +76,7 @@ COUNTER_FIELDS = ("rx", "tx", "drops", "verify_done", "verify_skipped", "verify_
 KEY_FIELDS = (("state", "root"), ("state", "parent"), ("state", "desc"),
               ("probe", "src"), ("probe", "dst"))
 
-# Reasons a line can be rejected with (documented in docs/PIPELINE.md).
+# Reasons a line can be rejected with (documented in docs/guides/PIPELINE.md).
 REASONS = (
     "not_json", "malformed_json", "missing_field:<f>", "unknown_version",
     "unknown_kind", "wrong_type:<f>", "bad_value:<f>", "bad_key:<f>",

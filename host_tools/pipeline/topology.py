@@ -7,7 +7,7 @@ derived tables (components, the true descending key, shortest paths from the
 probes' sources) are built there and handed back to Spark as small
 broadcastable DataFrames.
 
-Rule (documented in docs/PIPELINE.md):
+Rule (documented in docs/guides/PIPELINE.md):
 1. `--topology FILE` (shared format: each line a chain of names): one static
    graph for the whole run. Names map to keys through the `names` of the
    telemetry's `topology` records when there are any, else names are keys.

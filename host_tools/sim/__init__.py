@@ -1,5 +1,5 @@
 """Virtual-time mesh simulator: the shipped sans-I/O router core of every
-node on one discrete-event clock (docs/SIMULATOR.md).
+node on one discrete-event clock (docs/guides/SIMULATOR.md).
 
 Modules: engine (clock and event heap), topology (files and generators),
 keys (deterministic node keys), links (latency, bandwidth, loss, FIFO),

@@ -1063,7 +1063,7 @@ class Mesh:
                     st[4] = True
 
     def capacity_warnings(self):
-        """analyze's `capacity_warnings` rule (docs/CAPACITY.md) from the
+        """analyze's `capacity_warnings` rule (docs/reports/CAPACITY.md) from the
         simulator's own readings (track_capacity): every node and table whose
         `refused` grew during the run or whose `used` reached `capacity` at
         a reading: [{"node", "name", "table", "used", "capacity",

@@ -4,7 +4,7 @@ The same seed and name always give the same key, so a run (and its
 telemetry) is reproducible and a node keeps its key across restarts.
 
 With the provisioning policy "a gateway is the root" (host_tools.keystore,
-docs/CAPACITY.md) in force (`snakemesh sim/mesh --gateway-root`, which
+docs/reports/CAPACITY.md) in force (`snakemesh sim/mesh --gateway-root`, which
 needs a root-candidate profile, GATEWAY, in the mesh), a node's key is drawn
 as `snakemesh keygen` draws it, deterministically: the seeds of
 sha256(seed_str + ":" + name + "\\n" + i) for i = 1, 2, ... are tried until

@@ -10,7 +10,7 @@ are dropped on arrival.
 """
 from collections import deque
 
-# Link type names in the router's numbering (docs/PROTOCOL_NOTES.md "Link types"):
+# Link type names in the router's numbering (docs/reference/PROTOCOL_NOTES.md "Link types"):
 # the firmware's list
 from snake.telemetry import LINK_NAMES as LINK_TYPES  # noqa: E402
 LINK_IDS = {name: i for i, name in enumerate(LINK_TYPES)}

@@ -1,4 +1,4 @@
-# Tree announcements vs every other frame (docs/CAPACITY.md "Sizing"):
+# Tree announcements vs every other frame (docs/reports/CAPACITY.md "Sizing"):
 # only announcements grow with the tree's depth, so their limit follows
 # from max_hops (profile.ann_max) while frame_max bounds the rest; a node
 # with a transmit pool builds its announcement straight into one of the

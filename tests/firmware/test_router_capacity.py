@@ -1,4 +1,4 @@
-# The `capacity` report (telemetry contract 2, docs/CAPACITY.md):
+# The `capacity` report (telemetry contract 2, docs/reports/CAPACITY.md):
 # {table: [used, capacity, refused]} for peers, routes and depth, with
 # refused counted cumulatively when a table turns something away.
 from routertest import Node, signer, keys_sorted, announcement, bootstrap
@@ -98,7 +98,7 @@ def _full_table_node(policy):
 
 
 def test_bootstrap_the_full_table_refuses_is_not_verified_on_change():
-    # overload policy (docs/CAPACITY.md): a key the full table would refuse
+    # overload policy (docs/reports/CAPACITY.md): a key the full table would refuse
     # changes nothing of ours, so "on-change" relays it unverified (a node
     # that stores its route verifies it); a key that would go in is verified
     from snake.report import DROP_NAMES

@@ -1,4 +1,4 @@
-# Virtual-snake rules (docs/PROTOCOL_NOTES.md, with its differences), one test per rule:
+# Virtual-snake rules (docs/reference/PROTOCOL_NOTES.md, with its differences), one test per rule:
 # next-hop steps 1-7 with watermarks, bootstrap handling, descending updates,
 # maintenance, origination, verification policy.
 from snake import wire
@@ -186,7 +186,7 @@ def test_step6_skips_expired_entries():
 
 
 def test_step6_an_entry_near_its_expiry_is_no_new_watermark_but_keeps_the_frames():
-    # snakemesh choice H (docs/PROTOCOL_NOTES.md): from 9 s on a route may
+    # snakemesh choice H (docs/reference/PROTOCOL_NOTES.md): from 9 s on a route may
     # not become a frame's new watermark key (the relays towards its key hold
     # older entries and would drop the frame as they expire), but a frame
     # whose watermark already is that key still follows it until 10 s
@@ -298,7 +298,7 @@ def test_bootstrap_forwarded_installs_route_with_next_hop_and_rewrites_watermark
 
 
 def test_full_table_evicting_the_next_hop_route_keeps_the_watermark_it_chose():
-    # overload (docs/CAPACITY.md): the bootstrap's own route evicts the
+    # overload (docs/reports/CAPACITY.md): the bootstrap's own route evicts the
     # entry farthest from our key, which can be the entry its next hop was
     # chosen by. The watermark written is still that entry's (key, seq),
     # not the slot's new key (the bootstrapping key itself, which made the

@@ -1,4 +1,4 @@
-# Hybrid traffic forwarding and wakeup broadcasts (docs/PROTOCOL_NOTES.md "Traffic
+# Hybrid traffic forwarding and wakeup broadcasts (docs/reference/PROTOCOL_NOTES.md "Traffic
 # forwarding (hybrid)" and difference 5), one test per rule.
 from snake import wire
 from snakehost import wire_host

@@ -1,4 +1,4 @@
-# Spanning-tree rules of docs/PROTOCOL_NOTES.md, one test per rule, on a single router
+# Spanning-tree rules of docs/reference/PROTOCOL_NOTES.md, one test per rule, on a single router
 # driven by hand (virtual time, scripted peers).
 from snake import wire
 from snakehost import wire_host

@@ -551,7 +551,7 @@ def corrupt(records, rng, per_kind=2):
 
 
 def control_truth(truth, window_start, exclude=("traffic",)):
-    """Steady-state control bytes as docs/PIPELINE.md defines them, from the
+    """Steady-state control bytes as docs/guides/PIPELINE.md defines them, from the
     generator's own per-report increases: per node, from its first counters
     report at or after `window_start` (t_a) to its last (t_b), the bytes of
     every frame type but `exclude` reported after t_a, over t_b - t_a.

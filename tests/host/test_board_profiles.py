@@ -1,7 +1,7 @@
 """Every shipped board profile loads, and every place that lists the board
 profiles lists the same ones: the folders under boards/, the tables in
 README.md and boards/README.md, the boards `snakemesh flash/deploy/build-mpy
---board` take (host_tools.boards.BOARDS, docs/HOST_TOOLS.md's table) and the
+--board` take (host_tools.boards.BOARDS, docs/guides/HOST_TOOLS.md's table) and the
 profiles the simulator and the process mesh name (host_tools.sim.profiles).
 
 A profile that fails Profile.check() fails every node that runs it at start
@@ -56,7 +56,7 @@ def test_board_profile_loads_and_is_named_after_its_folder(name):
     p = Profile.load(path)
     assert p.name == name
     # a tree announcement as deep as the profile stores fits the buffers
-    # that take any frame (up to 54 + 99 bytes a hop; docs/CAPACITY.md),
+    # that take any frame (up to 54 + 99 bytes a hop; docs/reports/CAPACITY.md),
     # whatever frame_max (every other frame's limit) says
     assert p.large == max(p.frame_max, 54 + 99 * p.max_hops), (p.max_hops, p.frame_max, p.large)
     # a first message (SNEK) may climb to the root and come down again: the
@@ -74,7 +74,7 @@ def test_every_list_of_board_profiles_is_complete():
         with open(os.path.join(BOARDS_DIR, name, "profile.json")) as f:
             with_arch[name] = json.load(f)["arch"]
     assert boards.board_names() == sorted(n for n, a in with_arch.items() if a != "x64")
-    assert table_boards(os.path.join(ROOT, "docs", "HOST_TOOLS.md"), "| board | esptool chip") == \
+    assert table_boards(os.path.join(ROOT, "docs", "guides", "HOST_TOOLS.md"), "| board | esptool chip") == \
         boards.board_names()
     for name in boards.board_names():
         b = boards.get_board(name)

@@ -2,7 +2,7 @@
 README.md and docs/ exists, and nothing (docs or code comments) points at
 the coordination files outside the repository (PROTOCOL.md,
 ARCHITECTURE.md, shared/..., the seed texts): the protocol the code relies
-on is in docs/PROTOCOL_NOTES.md."""
+on is in docs/reference/PROTOCOL_NOTES.md."""
 import os
 import re
 
@@ -36,7 +36,7 @@ DOCS = sorted(["README.md"] + [p for p in walk((".md",)) if p != "README.md"])
 
 
 def test_docs_are_found():
-    assert "docs/PROTOCOL_NOTES.md" in DOCS and "docs/NODE.md" in DOCS
+    assert "docs/reference/PROTOCOL_NOTES.md" in DOCS and "docs/guides/NODE.md" in DOCS
 
 
 @pytest.mark.parametrize("doc", DOCS)
@@ -68,8 +68,34 @@ def test_code_comments_cite_the_notes_not_files_outside():
     assert not bad, "\n".join(bad)
 
 
+DOC_PATH = re.compile(r"(?<![\w/.-])((?:docs|boards|host_tools/topologies)/[\w./-]*\.md)")
+README_SECTION = re.compile(r'README(?:\.md)?,? "([^"]+)"')
+
+
+def test_code_cites_docs_that_exist():
+    """A comment or message that sends a reader to a page names one a clone
+    has (the pages moved into docs/guides, docs/reference, docs/reports once),
+    and a README section it names is a heading of README.md."""
+    headings = {m.group(1).strip() for m in
+                re.finditer(r"^#+ (.+)$", open(os.path.join(ROOT, "README.md"), encoding="utf-8").read(), re.M)}
+    sources = CODE + sorted(p for p in walk((".json", "manifest.py")) if p.startswith("boards"))
+    sources.append("Makefile")
+    bad = []
+    for p in sources:
+        if p == os.path.join("tests", "host", "test_docs_cite.py"):
+            continue
+        text = open(os.path.join(ROOT, p), encoding="utf-8").read()
+        for m in DOC_PATH.finditer(text):
+            if not os.path.exists(os.path.join(ROOT, m.group(1))):
+                bad.append("%s: %s (no such file)" % (p, m.group(1)))
+        for m in README_SECTION.finditer(text):
+            if m.group(1) not in headings:
+                bad.append('%s: README "%s" (no such section)' % (p, m.group(1)))
+    assert not bad, "\n".join(bad)
+
+
 def test_protocol_notes_number_the_differences_the_code_cites():
-    notes = open(os.path.join(ROOT, "docs", "PROTOCOL_NOTES.md"), encoding="utf-8").read()
+    notes = open(os.path.join(ROOT, "docs", "reference", "PROTOCOL_NOTES.md"), encoding="utf-8").read()
     cited = set()
     for p in CODE:
         for m in re.finditer(r"PROTOCOL_NOTES\.md,? difference (\d+)", open(os.path.join(ROOT, p)).read()):

@@ -8,7 +8,7 @@ the victim) and crafted frames are put on its link (tests/host/hostile.py).
 
 For every attack the test asserts the immediate effect at the victim (the
 drop counter of the right reason; for announcement sanity failures the
-disconnect the protocol requires, docs/PROTOCOL_NOTES.md) and the effect on the honest nodes: the
+disconnect the protocol requires, docs/reference/PROTOCOL_NOTES.md) and the effect on the honest nodes: the
 forged state is nowhere (no route or descending entry for a forged key, no
 route towards an honest key through the attacker, the real root kept), the
 tree and the snake are correct again within a bound (they are soft state:

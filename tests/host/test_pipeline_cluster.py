@@ -3,7 +3,7 @@ Worker JVM started from the installed PySpark, bound to 127.0.0.1): the
 summary equals the one from local mode on the same simulator output, the
 application really ran on the cluster, and no JVM outlives the test, also
 when the test fails half-way. spark-submit with the package as --py-files
-(docs/PIPELINE.md, "Running on a cluster") gives the same summary too."""
+(docs/guides/PIPELINE.md, "Running on a cluster") gives the same summary too."""
 import json
 import os
 import shutil

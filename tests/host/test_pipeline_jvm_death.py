@@ -1,6 +1,6 @@
 """`snakemesh analyze` when Spark's JVM runs out of memory or dies: one line
 naming what happened and what to do, EngineError's exit code, no traceback,
-no output folder (docs/HOST_TOOLS.md "Errors", docs/PIPELINE.md).
+no output folder (docs/guides/HOST_TOOLS.md "Errors", docs/guides/PIPELINE.md).
 
 The end-to-end test kills the real JVM under the real CLI mid-analysis; the
 others feed the classifier the exceptions a dead JVM really raises (a

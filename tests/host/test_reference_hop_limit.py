@@ -1,7 +1,7 @@
 # A mixed mesh carries reference traffic as far as the reference would:
 # reference nodes originate traffic with hop limit 10 and never count it
 # down (router/packetconn.go; hop limiting off), so snakemesh relays must
-# not count it down either (docs/PROTOCOL_NOTES.md choice A). The issue's
+# not count it down either (docs/reference/PROTOCOL_NOTES.md choice A). The issue's
 # case: a line G0 - S1..S12 - G13 of reference-timing G nodes and snakemesh
 # S relays, simulated with the real router core.
 from host_tools.sim.harness import Mesh

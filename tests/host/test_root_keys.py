@@ -1,5 +1,5 @@
 """Provisioning policy "a gateway is the root" (host_tools/keystore.py,
-docs/CAPACITY.md): a root-candidate profile's (GATEWAY's) key sorts above
+docs/reports/CAPACITY.md): a root-candidate profile's (GATEWAY's) key sorts above
 every board key made by the tools, in `snakemesh keygen`, `provision`, the
 simulator and `snakemesh mesh`; the CLI says clearly when a key does not
 follow it."""

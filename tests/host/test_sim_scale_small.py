@@ -1,5 +1,5 @@
 """Small versions of issue 14's large-mesh acceptance runs (the large ones
-are `make bench` figure 9, bench/sim_accept.py; figures in docs/CAPACITY.md):
+are `make bench` figure 9, bench/sim_accept.py; figures in docs/reports/CAPACITY.md):
 same runner, same figures as `snakemesh sim` (truth.json summary), seed 1,
 75 virtual s, 50 random ping pairs x 2 at 62 s.
 
@@ -10,7 +10,7 @@ same runner, same figures as `snakemesh sim` (truth.json summary), seed 1,
 - an overloaded all-ESP32_GENERIC mesh (rgg:400: more routes than 160 at
   the busiest nodes, more links than 8 at some; rgg:300 still fits the
   routes): it says so in capacity_warnings. Its delivery target (>= 99 %) is not met
-  (docs/CAPACITY.md "Acceptance runs": the busiest nodes refuse most
+  (docs/reports/CAPACITY.md "Acceptance runs": the busiest nodes refuse most
   routes, so the snake stays wrong for many keys); that test is marked
   xfail strict so that it shows when it starts to pass;
 - a line of boards deeper than ESP32_GENERIC's max_hops (30): it says so
@@ -91,7 +91,7 @@ def test_esp32_mesh_deeper_than_its_max_hops_says_so(tmp_path):
 
 @pytest.mark.xfail(strict=True, reason="issue 14 overload target not met: the busiest ESP32_GENERIC nodes "
                                        "refuse routes (160), the snake stays wrong for some keys "
-                                       "(docs/CAPACITY.md)")
+                                       "(docs/reports/CAPACITY.md)")
 def test_overloaded_esp32_mesh_keeps_delivering(overloaded):
     s, truth = overloaded
     assert s["delivery_ratio"] >= 0.99, _explain(s)

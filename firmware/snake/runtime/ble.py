@@ -1,6 +1,6 @@
 # Bluetooth LE links: the Pinecone byte stream over a GATT service, on
 # MicroPython's `bluetooth` module (NimBLE on ESP32; the host emulation in
-# host_tools/blemu has the same API). See docs/BLE.md.
+# host_tools/blemu has the same API). See docs/reference/BLE.md.
 #
 # GATT stream service (one per node, registered at start):
 #   service  SVC_UUID

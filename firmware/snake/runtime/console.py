@@ -7,7 +7,7 @@
 # Everything else the node prints (logs, MicroPython's REPL banner) has no
 # "@sm " prefix, so a parser that keeps only "@sm " lines never breaks.
 #
-# Commands and reply data (docs/NODE.md has examples):
+# Commands and reply data (docs/guides/NODE.md has examples):
 #   help                 {commands}
 #   version              {version, board, platform, crypto}
 #   status               {key, version, root, root_seq, parent, coords, depth,

@@ -4,7 +4,7 @@
 #   - On a board (a `network` module with WLAN): join the access point from
 #     the config (/config.json "wifi": {"ssid", "password"}) before anything
 #     else; keep retrying in the background if it fails.
-#   - Multicast discovery (profile.multicast, docs/PROTOCOL_NOTES.md "LAN discovery"):
+#   - Multicast discovery (profile.multicast, docs/reference/PROTOCOL_NOTES.md "LAN discovery"):
 #     every 2 s send the 34-byte beacon  public key[32] | u16 BE tcp port  to
 #     224.0.0.114:60606, and listen there. Our own beacons and beacons
 #     shorter than 34 bytes are ignored. On a beacon from a key we have no
