@@ -18,7 +18,7 @@ help:
 	@echo "make demo    - run a local mesh of unix-port firmware nodes and write a report"
 	@echo "make bench   - benchmarks (speed, memory, protocol cost) -> bench/results.json"
 	@echo "make soak    - 8-node mesh, 10 min, kill -9 every minute, 110K heap, 32-bit frozen build"
-	@echo "make firmware-image BOARD=ESP32_GENERIC - custom image with frozen modules (needs ESP-IDF)"
+	@echo "make firmware-image BOARD=ESP32_GENERIC - custom image with the firmware frozen in (needs ESP-IDF: docs/guides/FIRST_BOARD.md)"
 	@echo "make mp32    - 32-bit MicroPython $(MICROPY_VERSION) unix ports (an ESP32's word size):"
 	@echo "               $(MP32_FROZEN) (firmware frozen by boards/ESP32_GENERIC/manifest.py)"
 	@echo "               $(MP32_STOCK) (stock-like: only asyncio frozen, firmware as .mpy)"
@@ -58,17 +58,34 @@ mpy: $(STAMP)
 
 # A custom image with the firmware frozen in needs ESP-IDF and the
 # MicroPython source tree; neither can be installed from a package registry.
+# What to install and every step after the build: docs/guides/FIRST_BOARD.md.
+# The message when they are missing never sends a plain ESP32 back to stock
+# MicroPython + deploy: that is the path deploy refuses for it.
+ESP_IDF_VERSION := v5.4.2
+FW_BOARD = $(or $(BOARD),ESP32_GENERIC)
 firmware-image:
-	@if [ -z "$$IDF_PATH" ] || [ -z "$$MICROPY_DIR" ]; then \
-	  echo "firmware-image: ESP-IDF not found (set IDF_PATH and MICROPY_DIR, see boards/README.md)."; \
-	  echo "Without it, flash stock MicroPython and use 'snakemesh deploy'."; exit 2; fi
-	SNAKEMESH_ROOT=$(CURDIR) $(MAKE) -C $$MICROPY_DIR/ports/esp32 BOARD=$${BOARD:-ESP32_GENERIC} \
-	  FROZEN_MANIFEST=$(CURDIR)/boards/$${BOARD:-ESP32_GENERIC}/manifest.py
+	@case "$(FW_BOARD)" in ESP32*) test -f boards/$(FW_BOARD)/manifest.py;; *) false;; esac || { \
+	  if [ "$(FW_BOARD)" = ESP32_SPIRAM ]; then \
+	    echo "firmware-image: ESP32_SPIRAM has no custom image: flash MicroPython's stock ESP32_GENERIC-SPIRAM image and run 'snakemesh deploy --board ESP32_SPIRAM' (docs/guides/FIRST_BOARD.md)."; \
+	  else echo "firmware-image: no ESP32 image for $(FW_BOARD): BOARD is one of $$(cd boards && ls -d ESP32*/manifest.py | sed 's,/manifest.py,,' | tr '\n' ' ')"; fi; \
+	  exit 2; }
+	@if [ -z "$$IDF_PATH" ] || [ -z "$$MICROPY_DIR" ] || [ ! -d "$$MICROPY_DIR/ports/esp32" ]; then \
+	  echo "firmware-image: the $(FW_BOARD) image needs ESP-IDF $(ESP_IDF_VERSION) and a MicroPython $(MICROPY_VERSION) source tree:"; \
+	  echo "  IDF_PATH    the ESP-IDF checkout, set by '. \$$IDF_PATH/export.sh' (now: $${IDF_PATH:-not set})"; \
+	  echo "  MICROPY_DIR the MicroPython checkout (git clone -b v$(MICROPY_VERSION)), with ports/esp32 (now: $${MICROPY_DIR:-not set})"; \
+	  echo "Install both and build: docs/guides/FIRST_BOARD.md, section \"A custom image\"."; \
+	  case "$(FW_BOARD)" in \
+	    ESP32_GENERIC) echo "A plain ESP32 needs this image: the firmware as .mpy on stock MicroPython does not fit its heap.";; \
+	    *) echo "Stock MicroPython + 'snakemesh deploy --board $(FW_BOARD)' also runs it when the board's free heap holds the firmware as .mpy (deploy checks first); this image leaves more free.";; \
+	  esac; exit 2; fi
+	SNAKEMESH_ROOT=$(CURDIR) $(MAKE) -C $$MICROPY_DIR/ports/esp32 BOARD=$(FW_BOARD) \
+	  FROZEN_MANIFEST=$(CURDIR)/boards/$(FW_BOARD)/manifest.py
+	@echo "firmware-image: $$MICROPY_DIR/ports/esp32/build-$(FW_BOARD)/firmware.bin; next: snakemesh flash --board $(FW_BOARD) --firmware that file --erase (docs/guides/FIRST_BOARD.md)"
 
 # ---- 32-bit MicroPython unix ports: the ESP32's interpreter on this host ----
 # Built from the pinned source archive (MICROPY_SRC; a clean clone finds it
 # in ../shared/vendor, a git worktree in ../../shared/vendor), cached under
-# build/mp32. Two variants (README "Memory"):
+# build/mp32. Two variants (docs/reports/MEMORY.md):
 #   $(MP32_FROZEN)  the firmware frozen in through the SAME manifest that
 #                   `make firmware-image` gives ESP-IDF (boards/ESP32_GENERIC);
 #                   rebuilt whenever firmware/, lib/ or the manifest change

@@ -46,6 +46,10 @@ class Board(object):
         return "0x%x" % self.flash_offset
 
 
+# The page that takes each board from the box to a running node; every
+# message that turns a user away from one path names it.
+FIRST_BOARD_GUIDE = "docs/guides/FIRST_BOARD.md"
+
 BOARDS = {
     "ESP32_GENERIC": Board("ESP32_GENERIC", "esp32", 0x1000, "xtensawin", 0, "ESP32"),
     "ESP32_GENERIC_S3": Board("ESP32_GENERIC_S3", "esp32s3", 0x0, "xtensawin", 9, "ESP32-S3"),

@@ -14,7 +14,7 @@ architecture into the device layout (docs/reference/INTERFACES.md):
 
 deploy builds that, then with mpremote: reads the board's free heap in a
 fresh interpreter and refuses (one line: what to do instead) when it is
-below what the firmware needs as .mpy (boards.HEAP_NEED, README "Memory");
+below what the firmware needs as .mpy (boards.HEAP_NEED, docs/reports/MEMORY.md);
 reads the board's manifest
 /.snakemesh-manifest.json (device path -> sha256 of the uploaded content),
 uploads only what changed (first marking those entries dirty in the manifest,
@@ -151,7 +151,7 @@ def board_file_name(dev):
     path `dev` when it imports it (its __file__): through sys.path's "/lib"
     for /lib/..., through "" (the working directory, /) for the rest. A
     .mpy's source name is a qstr in the board's heap, and so is __file__:
-    the same string is one qstr (README "Memory")."""
+    the same string is one qstr (docs/reports/MEMORY.md)."""
     return dev if dev.startswith("/lib/") else dev.lstrip("/")
 
 
@@ -159,7 +159,7 @@ def mpy_cross(src, out, arch, source_name, source_lines=False, label=None):
     """Compile one file; InputError with the compiler's message on failure
     (naming the file by `label`, default source_name). Without source_lines
     the .mpy has no line-number tables: a few KB less of the board's heap
-    (README "Memory"); tracebacks then show no lines."""
+    (docs/reports/MEMORY.md); tracebacks then show no lines."""
     label = label or source_name
     args = ["-march=" + arch, "-s", source_name]
     if not source_lines:
@@ -274,13 +274,14 @@ def check_heap(mp, board, log=print):
     if free < mpy:
         if board.variant:   # a profile for an image variant (PSRAM): no custom image to build
             how = ".mpy"
-            todo = ("%s needs the %s image of MicroPython (and a board with PSRAM), or another --board"
-                    % (board.name, board.image_name()))
+            todo = ("%s needs the %s image of MicroPython (and a board with PSRAM), or another --board: %s"
+                    % (board.name, board.image_name(), boards.FIRST_BOARD_GUIDE))
         else:
             frozen = need.get("frozen")
             how = ".mpy on stock MicroPython"
-            todo = ("build a custom image with it frozen in (make firmware-image BOARD=%s%s) or use a "
-                    "board with PSRAM" % (board.image, ", ~%d KB" % kb(frozen) if frozen else ""))
+            todo = ("build a custom image with it frozen in (make firmware-image BOARD=%s%s: %s) or use a "
+                    "board with PSRAM" % (board.image, ", ~%d KB" % kb(frozen) if frozen else "",
+                                          boards.FIRST_BOARD_GUIDE))
         raise DeviceError("the firmware does not fit %s's heap: it needs ~%d KB as %s, the board has %d KB "
                           "free; %s (--no-heap-check deploys anyway)" % (board.name, kb(mpy), how, kb(free), todo))
     total = free + used

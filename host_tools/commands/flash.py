@@ -114,5 +114,25 @@ def run(args):
         raise classify_esptool_failure(args.port, board, result)
     if getattr(args, "verbose", False) and result.stderr.strip():
         print(result.stderr.rstrip())
-    print("flashed %s; next: snakemesh deploy --port %s --board %s" % (board.name, args.port, board.name))
+    if has_frozen_firmware(args.firmware):
+        print("flashed %s with the firmware frozen in (no deploy); next: copy boards/%s/profile.json to the "
+              "board's /profile.json, then snakemesh provision --port %s (%s)"
+              % (board.name, board.name, args.port, boards.FIRST_BOARD_GUIDE))
+    else:
+        print("flashed %s; next: snakemesh deploy --port %s --board %s" % (board.name, args.port, board.name))
     return 0
+
+
+# A frozen module's name is a string in the image (mp_frozen_names); this
+# one is in every image `make firmware-image` builds and in no stock one.
+FROZEN_MARK = b"snake/router.py\0"
+
+
+def has_frozen_firmware(path):
+    """True for an image with the snakemesh firmware frozen in: deploying
+    .mpy files to it would shadow the frozen modules with heap copies."""
+    try:
+        with open(path, "rb") as f:
+            return FROZEN_MARK in f.read()
+    except OSError:
+        return False

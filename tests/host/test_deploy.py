@@ -426,8 +426,8 @@ def test_deploy_refuses_a_board_whose_heap_cannot_hold_the_firmware(src, board, 
     assert err.strip().splitlines() == [
         "snakemesh: error: the firmware does not fit ESP32_GENERIC's heap: it needs ~%d KB as .mpy on stock "
         "MicroPython, the board has 110 KB free; build a custom image with it frozen in (make firmware-image "
-        "BOARD=ESP32_GENERIC, ~%d KB) or use a board with PSRAM (--no-heap-check deploys anyway)"
-        % ((need["mpy"] + 512) // 1024, (need["frozen"] + 512) // 1024)]
+        "BOARD=ESP32_GENERIC, ~%d KB: docs/guides/FIRST_BOARD.md) or use a board with PSRAM (--no-heap-check "
+        "deploys anyway)" % ((need["mpy"] + 512) // 1024, (need["frozen"] + 512) // 1024)]
     calls = board.calls()
     assert board.heap_checks == 1 and calls == []    # nothing else touched the board
     assert board.files() == {}
@@ -456,7 +456,8 @@ def test_deploy_refuses_the_psram_profile_on_a_board_without_psram(src, board, n
     assert err.strip().splitlines() == [
         "snakemesh: error: the firmware does not fit ESP32_SPIRAM's heap: it needs ~%d KB as .mpy, the board "
         "has 110 KB free; ESP32_SPIRAM needs the ESP32_GENERIC-SPIRAM image of MicroPython (and a board with "
-        "PSRAM), or another --board (--no-heap-check deploys anyway)" % ((need + 512) // 1024)]
+        "PSRAM), or another --board: docs/guides/FIRST_BOARD.md (--no-heap-check deploys anyway)"
+        % ((need + 512) // 1024)]
     calls = board.calls()
     assert board.heap_checks == 1 and calls == [] and board.files() == {}
     # a WROVER's SPIRAM image: ~4 MB of heap, no warning

@@ -18,6 +18,8 @@ $FAKE_MPREMOTE_MODE:
     hang        never finishes (to test the caller's timeout)
     disconnect  the board goes away after $FAKE_MPREMOTE_FAIL_AFTER copies
 $FAKE_MPREMOTE_DROP: a board path whose upload is silently lost.
+$FAKE_MPREMOTE_FROZEN: "1" for a custom image with the firmware frozen in:
+`import snake...` works with no /snake on the board.
 $FAKE_MPREMOTE_HEAP: "FREE,USED" bytes that `gc` reports in exec (default
 a board with PSRAM: 4 MB free).
 Errors print like mpremote: "mpremote: ..." on stderr, exit 1.
@@ -80,7 +82,7 @@ def run_exec(root, code):
         if name == "gc":
             return gc_shim
         if name == "snake" or name.startswith("snake."):
-            if not os.path.isdir(os.path.join(root, "snake")):
+            if not os.path.isdir(os.path.join(root, "snake")) and os.environ.get("FAKE_MPREMOTE_FROZEN") != "1":
                 raise ImportError("no module named '%s'" % name)
         return real_import(name, globals, locals, fromlist, level)
 
