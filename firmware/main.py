@@ -17,7 +17,7 @@ except AttributeError:          # CPython
 try:
     from snake.runtime import node
 except MemoryError:
-    # the heap cannot even hold the firmware's bytecode (README "Memory")
+    # the heap cannot even hold the firmware's bytecode (docs/reports/MEMORY.md)
     print("snakemesh: error: out of memory loading the firmware")
     sys.exit(3)
 

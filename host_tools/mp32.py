@@ -1,6 +1,6 @@
 """32-bit MicroPython unix ports: the ESP32's interpreter on this host.
 
-The Makefile builds them (`make mp32`, README "Memory") from the pinned
+The Makefile builds them (`make mp32`, docs/reports/MEMORY.md) from the pinned
 MicroPython source archive into build/mp32/:
 
     micropython-frozen   the firmware frozen in by boards/ESP32_GENERIC/manifest.py

@@ -14,7 +14,7 @@ frame in flight, not a leak); a node without such a window is not judged.
 (build/mp32/micropython-frozen, `make mp32`) at 110K: an ESP32 without
 PSRAM, with a custom image. Without --micropython it runs the venv's
 micropython (64-bit), where 110K cannot even hold the firmware: give it
---mpy --heapsize 400K (README "Memory").
+--mpy --heapsize 400K (docs/reports/MEMORY.md).
 """
 import argparse
 import json

@@ -20,7 +20,7 @@ import sys
 
 # leaves first, so each increment is mostly the module's own. Not here: what
 # a running node has dropped again (snake.runtime.boot, config, profile) or loads only
-# for a console command (snake.runtime.cmds, probing): README "Memory"
+# for a console command (snake.runtime.cmds, probing): docs/reports/MEMORY.md
 MODULES = ["asyncio", "snake.platform", "sha512", "ed25519", "snake.crypto", "snake.wire",
            "snake.tables", "snake.telemetry", "snake.tree", "snake.snek",
            "snake.router", "snake.runtime.link", "snake.runtime.stream", "snake.runtime.probe", "snake.runtime.console",

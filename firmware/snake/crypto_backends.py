@@ -15,7 +15,7 @@
 #
 # snake/crypto.py loads this module once at its import (choose()) and drops
 # it from sys.modules on MicroPython right after, so a running node's heap
-# holds none of this code (README "Memory"): the python backend's signer is
+# holds none of this code (docs/reports/MEMORY.md): the python backend's signer is
 # crypto._py_make, a function of crypto.py, and its verify lib/ed25519.py's.
 # The native backend's two small functions are made here and keep this
 # module's objects (a custom image: its code is in flash). Tests and

@@ -8,7 +8,7 @@
 # below). Tests, the simulator and bench read a router through it
 # (report.root_key(r), report.peers(r) ...), not through Router methods. As
 # .mpy its bytecode would otherwise stay in the heap for as long as the
-# node runs (README "Memory").
+# node runs (docs/reports/MEMORY.md).
 from snake import platform
 from snake.platform import ticks_diff
 from snake.telemetry import LINK_NAMES, BYTES_CARRY, D_ROUTE_TABLE_FULL, D_TOO_DEEP
@@ -84,7 +84,7 @@ def counters(c):
 
 
 # the router's state as values (tests, the simulator, bench): these were
-# Router methods; here they cost the running node no heap (README "Memory")
+# Router methods; here they cost the running node no heap (docs/reports/MEMORY.md)
 def root_key(r):
     return bytes(r.tree.root_key())
 

@@ -30,7 +30,7 @@ WAKEUP_INTERVAL_MS = 60000   # the reference's periodic flood (reference timing 
 
 # ---- control timing policy ---------------------------------------------
 # snakemesh choices beyond the seeds, each explained at the method that
-# applies it and in README "Protocol notes" (figures: make bench, figure 6).
+# applies it and in docs/reference/PROTOCOL_NOTES.md "snakemesh's own choices" (figures: make bench, figure 6).
 # Bootstraps (Router.snake_changed, Router.tick): one soon after a change of
 # our place in the snake, then at these intervals, and from then on every
 # BOOTSTRAP_EVERY_MS: the seeds' and the reference's 5 s, which expire
@@ -405,7 +405,7 @@ class Router:
         then one bootstrap lost to a path still settling elsewhere (a
         relay's route rerouted or evicted) lets routes and a descending
         entry expire, and their repair costs more rounds than the bytes
-        saved (docs/reports/CAPACITY.md "The late expiries").
+        saved (docs/LOG.md, "The late expiries").
         Only when we send our own bootstraps differs from the reference
         (each still signed, with a higher sequence), so peers running it
         see nothing unusual."""

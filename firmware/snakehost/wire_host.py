@@ -4,7 +4,7 @@
 # readers, announcement extension, the bytes a hop signed).
 #
 # snake/wire.py holds only what the node runs (its .mpy is in a board's
-# heap for the node's whole life, README "Memory"); this module shares its
+# heap for the node's whole life, docs/reports/MEMORY.md); this module shares its
 # private helpers and runs unchanged on MicroPython and CPython. A node
 # never imports it.
 from snake import wire

@@ -2,7 +2,7 @@
 snakemesh's own policy in one simulated mesh (interop tests, bench figure 6).
 
 Same router core, same rules and wire format; only the timing policy of
-README "Protocol notes" is the reference's:
+docs/reference/PROTOCOL_NOTES.md "snakemesh's own choices" is the reference's:
   - a bootstrap every 5 s (snek.BOOTSTRAP_INTERVAL_MS), and one soon after
     a change of parent, root or descending entry, without the ramp;
   - its own wakeup flooded every 60 s with hop limit 5 (when the

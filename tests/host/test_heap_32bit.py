@@ -41,7 +41,7 @@ CASES = {
 }
 
 
-# The stock path met the target on 2026-11-25 (README "Memory"): 35.6 % free
+# The stock path met the target on 2026-11-25 (docs/reports/MEMORY.md): 35.6 % free
 # at 200K (lowest sample, 60 s: 71,136 B; 35 % is 70,022 B), with the
 # console commands and records, ping/trace, BLE and Wi-Fi bring-up, the boot
 # code and the one-shot constructors out of a running node's heap; 36.2 %

@@ -14,7 +14,7 @@ module objects with 8-byte pointers) takes ~120 KB before the node does
 anything, so 110K cannot even boot; at 256K the pure-Python verify's bignum
 churn hits MemoryError (fragmentation), and at 300K it still does now and
 then under load (a few frames dropped as no_memory per minute). The
-measured steady state is printed (pytest -s). See README "Memory" for what this means on a board
+measured steady state is printed (pytest -s). See docs/reports/MEMORY.md for what this means on a board
 (frozen modules / ROMFS keep bytecode out of the heap).
 
 SNAKEMESH_HEAP overrides the heap size (e.g. 110K) to measure the margin;

@@ -10,7 +10,7 @@ same runner, same figures as `snakemesh sim` (truth.json summary), seed 1,
 - an overloaded all-ESP32_GENERIC mesh (rgg:400: more routes than 160 at
   the busiest nodes, more links than 8 at some; rgg:300 still fits the
   routes): it says so in capacity_warnings. Its delivery target (>= 99 %) is not met
-  (docs/reports/CAPACITY.md "Acceptance runs": the busiest nodes refuse most
+  (docs/reports/CAPACITY.md "Where it stands": the busiest nodes refuse most
   routes, so the snake stays wrong for many keys); that test is marked
   xfail strict so that it shows when it starts to pass;
 - a line of boards deeper than ESP32_GENERIC's max_hops (30): it says so

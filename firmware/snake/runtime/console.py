@@ -23,7 +23,7 @@
 #                        part took at boot (code, crypto, router, tx_pool,
 #                        node, wifi, ble, console; radio_emulation on the
 #                        host) + links_and_runtime (all allocated since:
-#                        links, tasks, queues). README "Memory"
+#                        links, tasks, queues). docs/reports/MEMORY.md
 #   ping KEY [COUNT]     {dst, sent, received, rtts_ms}     (asynchronous)
 #   trace KEY            {dst, ok, reached, hops: [{key, rtt_ms}]} (asynchronous;
 #                        ok = destination reached)

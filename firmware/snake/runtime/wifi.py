@@ -25,7 +25,7 @@
 #
 # Bringing it up (joining the access point, the listeners, the multicast
 # socket) runs once: snake/runtime/boot.py start_wifi, dropped with the boot code
-# (README "Memory"); this module keeps what runs while the node does.
+# (docs/reports/MEMORY.md); this module keeps what runs while the node does.
 import asyncio
 
 from snake import platform
