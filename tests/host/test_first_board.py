@@ -207,3 +207,16 @@ def test_plain_esp32_custom_image_flash_profile_provision_status(fakes, fake_idf
         assert cli(guide_command("snakemesh status"), node.port) == 0
         assert node.key[:8] in capfd.readouterr().out
     assert sorted(os.listdir(str(fakes))) == ["key.bin", "profile.json"]
+
+
+def test_readme_first_board_commands_are_the_guides():
+    """README's short "A first board" repeats commands of the guide, never
+    its own variants of them."""
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    section = readme.split("## A first board\n", 1)[1].split("\n## ", 1)[0]
+    assert boards.FIRST_BOARD_GUIDE in section
+    cmds = [l.strip() for l in section.splitlines() if l.startswith("      snakemesh ")]
+    assert cmds, "the README shows the stock path's commands"
+    lines = set(l.strip() for l in guide().splitlines())
+    assert [c for c in cmds if c not in lines] == []
