@@ -158,8 +158,9 @@ def run_provision(args):
         if status == "exists":
             raise _refuse(args.port)
         if status == "nofw":
-            raise DeviceError("the snakemesh firmware is not on the board on %s (no snake.crypto); run "
-                              "`snakemesh deploy` first, or use --key-file" % args.port)
+            raise DeviceError("the snakemesh firmware is not on the board on %s (no snake.crypto): deploy it "
+                              "or flash the custom image first (%s), or use --key-file"
+                              % (args.port, boards.FIRST_BOARD_GUIDE))
         pub = parse_marker(result.stdout, "SMPUB")
         if not pub or len(pub) != 64:
             raise DeviceError("the board on %s did not report a public key" % args.port)

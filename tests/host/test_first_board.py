@@ -220,3 +220,13 @@ def test_readme_first_board_commands_are_the_guides():
     assert cmds, "the README shows the stock path's commands"
     lines = set(l.strip() for l in guide().splitlines())
     assert [c for c in cmds if c not in lines] == []
+
+
+def test_provision_before_the_firmware_names_the_guide(fakes, capfd):
+    """A plain ESP32 fresh from a stock flash has no firmware to make a key
+    with: provision says so and where both ways to get it are."""
+    rc = main(["provision", "--port", "socket://127.0.0.1:9"])
+    err = capfd.readouterr().err
+    assert rc == 3 and err.count("\n") == 1
+    assert "not on the board" in err and boards.FIRST_BOARD_GUIDE in err
+    assert os.listdir(str(fakes)) == []
