@@ -11,7 +11,7 @@ boards over N days) and analyzes the folder: N x --records records, the
 fleet-days case. The peak RSS of analyze's process tree (Python driver + the
 JVM) is sampled every 0.2 s and reported with the time.
 
-The telemetry is synthetic (tests/host/telemetry_synth.py) with a realistic
+The telemetry is synthetic (bench/telemetry_synth.py) with a realistic
 mix: state reports every second and on every change, counters every 5 s,
 peer lists every 10 s, a ping every 2 s and a traceroute every 10 s per node,
 events, a partition that heals, and 0.1% malformed lines.
@@ -29,7 +29,6 @@ import time
 from collections import deque
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "host"))
 sys.path.insert(0, ROOT)
 
 HEADLINE = ("nodes", "records", "rejected_records", "tree_converged_s", "snake_converged_s",

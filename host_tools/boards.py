@@ -64,7 +64,7 @@ BOARDS = {
 # Heap a snakemesh node needs on each board, bytes: the most any node used
 # at steady state with every table full and 8 links (a TCP + BLE triangle
 # and scripted peers on the other ports) on the 32-bit builds of MicroPython
-# 1.28.0 (tests/host/heap_scenario.py, `make mp32`), per way of running:
+# 1.28.0 (bench/heap_scenario.py, `make mp32`), per way of running:
 #   "mpy"     the firmware as .mpy on stock MicroPython (`snakemesh deploy`):
 #             its bytecode, constants and qstrs live in the heap
 #   "frozen"  a custom image with the firmware frozen in (`make firmware-image`)

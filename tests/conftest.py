@@ -2,7 +2,9 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for p in ("firmware", "lib", os.path.join("tests", "firmware")):
+# bench/ holds the scenario helpers tests share with `make bench`
+# (heap_scenario, fakepeer, telemetry_synth)
+for p in ("firmware", "lib", os.path.join("tests", "firmware"), "bench"):
     full = os.path.join(ROOT, p)
     if full not in sys.path:
         sys.path.insert(0, full)

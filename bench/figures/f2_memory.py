@@ -12,7 +12,7 @@
     bench/crypto_bench.py's base_tables_bytes), the node's Signer (built
     before), the runtime's send queues and read buffers
     (figure 2b covers the whole node).
-2b. tests/host/heap_scenario.py on the 32-bit builds of MicroPython 1.28.0
+2b. bench/heap_scenario.py on the 32-bit builds of MicroPython 1.28.0
     (`make mp32`): three nodes in a TCP triangle plus a BLE link per pair
     (emulated medium), scripted peers on every other port (8 links per
     node) keeping every table full with bootstraps, traffic and wakeups from
@@ -112,9 +112,8 @@ def code_heap(ctx):
 
 
 def node_heap(ctx):
-    """Rows 2b: tests/host/heap_scenario.py on the 32-bit builds: ESP32_GENERIC
+    """Rows 2b: bench/heap_scenario.py on the 32-bit builds: ESP32_GENERIC
     frozen at 110K, ESP32_GENERIC_S3 .mpy at 200K, every table full."""
-    sys.path.insert(0, os.path.join(ROOT, "tests", "host"))
     try:
         import heap_scenario
     except ImportError as e:

@@ -10,7 +10,7 @@ the test builds them when they are missing or out of date).
    asyncio frozen as on stock firmware), the firmware compiled to .mpy as
    `snakemesh deploy` puts it on a board, `-X heapsize=200K`.
 
-Each case runs tests/host/heap_scenario.py for 60 s: three nodes in a TCP
+Each case runs bench/heap_scenario.py for 60 s: three nodes in a TCP
 triangle plus a BLE link per pair (emulated medium), scripted peers on every
 other port keeping every table full. Passes when no node restarts or hits
 MemoryError, every table reached its capacity, and every node has at least

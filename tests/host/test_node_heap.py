@@ -3,7 +3,7 @@ MicroPython heap run a mesh for 60 s with every table filled to capacity,
 without MemoryError, without a frame dropped for lack of memory, and with
 every signature check done. The firmware runs compiled to .mpy, as deployed
 on a board. The nodes find each other by multicast inside a private network
-namespace; scripted peers (test_node_fakepeer.FakePeer) take every free
+namespace; scripted peers (bench/heap_scenario.py's Filler) take every free
 port and keep the tables full: bootstraps from 48 synthetic keys per node
 (routes), traffic from synthetic sources (coordinate cache), wakeups from
 synthetic origins (wakeup filter), all signed (signature cache).
@@ -20,19 +20,14 @@ measured steady state is printed (pytest -s). See docs/reports/MEMORY.md for wha
 SNAKEMESH_HEAP overrides the heap size (e.g. 110K) to measure the margin;
 SNAKEMESH_HEAP_SECONDS the duration.
 """
-import asyncio
-import ctypes
 import os
-import threading
 import time
 
 import pytest
 
 from host_tools.nodeproc import NodeProcess, build_mpy, free_port, micropython_binary
-from snake.crypto import Signer
-from snake.runtime import probe
 
-from test_node_fakepeer import FakePeer
+from heap_scenario import Filler  # bench/, on sys.path in conftest
 from test_node_mesh import Netns
 
 pytestmark = pytest.mark.skipif(micropython_binary() is None, reason="micropython binary missing")
@@ -56,88 +51,6 @@ CAPACITY = _capacity(PROFILE)
 FAKES_PER_NODE = CAPACITY["peers"] - 2
 # more bootstrapping keys than the routing table holds (it must run full)
 SYNTH_PER_NODE = max(48, CAPACITY["routes"] + 16)
-ROUND_S = 3.0
-
-
-def _setns(pid):
-    """Move the calling thread into the network namespace of `pid`."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open("/proc/%d/ns/net" % pid, os.O_RDONLY)
-    try:
-        if libc.setns(fd, 0x40000000) != 0:     # CLONE_NEWNET
-            raise OSError(ctypes.get_errno(), "setns failed")
-    finally:
-        os.close(fd)
-
-
-class Filler(object):
-    """Scripted peers for every node, run by an asyncio loop in a thread
-    that lives in the nodes' network namespace."""
-
-    def __init__(self, ns_pid, targets, fakes_per_node=FAKES_PER_NODE, synth_per_node=SYNTH_PER_NODE,
-                 traffic_keys=3):
-        self.ns_pid = ns_pid              # None: the nodes are in this namespace
-        self.fakes = fakes_per_node
-        self.traffic_keys = traffic_keys  # synthetic traffic sources per scripted peer and round
-        self.targets = targets            # [(listen port, node pubkey hex)]
-        self.stop = threading.Event()
-        self.error = None
-        self.sent = {"bootstrap": 0, "wakeup": 0, "traffic": 0}
-        self.connected = 0
-        # (the third seed byte is 0 below 256 keys, so smaller profiles
-        # see the keys they always saw)
-        self.synth = [[Signer(bytes([0x80 + i, j & 0xFF, j >> 8]) + bytes(29))
-                       for j in range(synth_per_node)] for i in range(len(targets))]
-        self.thread = threading.Thread(target=self._main, daemon=True)
-
-    def start(self):
-        self.thread.start()
-
-    def _main(self):
-        try:
-            if self.ns_pid is not None:
-                _setns(self.ns_pid)
-            asyncio.run(self._run())
-        except Exception as e:   # reported by the test
-            self.error = e
-
-    async def _run(self):
-        peers = []
-        for i, (port, _) in enumerate(self.targets):
-            for j in range(self.fakes):
-                p = FakePeer(bytes([0x70 + i, 0x10 + j]) + bytes(30), "127.0.0.1", port)
-                await p.connect()
-                p.start()
-                peers.append((i, j, p))
-                self.connected += 1
-        seq = int(time.time() * 1000)
-        last_wakeup = 0.0
-        while not self.stop.is_set():
-            t0 = time.monotonic()
-            seq += 1
-            wake = t0 - last_wakeup > 31
-            if wake:
-                last_wakeup = t0
-            for i, j, p in peers:
-                if p.closed:
-                    continue
-                await p.keepalive()
-                keys = self.synth[i][j::self.fakes]
-                for s in keys:
-                    if await p.bootstrap_for(s, seq):
-                        self.sent["bootstrap"] += 1
-                for s in keys[:self.traffic_keys]:
-                    pl = bytes(probe.make(probe.PING, seq & 0xFFFFFFFF))
-                    if await p.traffic_from(s.public, bytes.fromhex(self.targets[i][1]), pl):
-                        self.sent["traffic"] += 1
-                if wake:
-                    for s in keys[:4]:
-                        if await p.wakeup_for(s, seq):
-                            self.sent["wakeup"] += 1
-            while time.monotonic() - t0 < ROUND_S and not self.stop.is_set():
-                await asyncio.sleep(0.1)
-        for _, _, p in peers:
-            p.close()
 
 
 def _req(n, cmd, timeout=15):
@@ -175,7 +88,7 @@ def test_esp32_profile_full_tables_in_a_fixed_heap(tmp_path):
                 break
             time.sleep(0.5)
         assert all(s["peers"] == 2 and s["root"] == max(keys) for s in st), st
-        filler = Filler(ns.pid, [(n.listen[1], n.pubkey) for n in nodes])
+        filler = Filler(ns.pid, [(n.listen[1], n.pubkey) for n in nodes], FAKES_PER_NODE, SYNTH_PER_NODE)
         filler.start()
         samples = []
         t_end = time.monotonic() + SECONDS

@@ -4,7 +4,7 @@ real browser shows it (headless Chromium: DOM text and a screenshot).
 
 Rules are checked two ways: on hand-made summary/rows (each threshold on
 both sides, no Spark), and end to end on synthetic telemetry
-(tests/host/telemetry_synth.py) through `analyze` + `report`:
+(bench/telemetry_synth.py) through `analyze` + `report`:
 H  a 4x4 grid with nothing wrong: healthy, every node healthy
 F  the same grid as a monitor capture (no topology records, so no names and
    no truth) with a node stuck on a wrong descending key, 10% ping loss,

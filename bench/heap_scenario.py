@@ -4,7 +4,7 @@
 
 Three nodes with a board profile in a TCP triangle on loopback (static
 peering) plus a BLE link per pair through the emulated radio medium (when
-the profile has BLE); scripted peers (test_node_heap.Filler) take every
+the profile has BLE); scripted peers (Filler) take every
 other port and keep every table full with a bootstrap / traffic / wakeup
 flood from many keys. Every 5 s: a ping between two nodes, each node's
 `stats` (occupancy) and `mem` (heap after gc.collect(), parts), for the
@@ -15,14 +15,19 @@ at a sample, on until they were (at most FILL_GRACE_S more).
     res.samples[name] = [(t, free, heap, occupancy)], res.final[name] = `mem`,
     res.stats / res.status / res.alive / res.logs, res.errors (list of str)
 """
+import asyncio
+import ctypes
 import os
+import threading
 import time
 
 from host_tools import mp32
 from host_tools.errors import CliError
 from host_tools.mesh import ProcessMesh
+from snake.runtime import probe
+from snake.crypto import Signer
 
-from test_node_heap import Filler
+from fakepeer import FakePeer
 
 TOPOLOGY_BLE = "a b c a\na b @ble\nb c @ble\nc a @ble\n"
 TOPOLOGY_WIFI = "a b c a\n"
@@ -36,6 +41,87 @@ MIN_FREE = 0.35
 # sample, for at most this much longer (then it fails as before).
 FILL_GRACE_S = 120
 LINKS_WAIT_S = 60
+ROUND_S = 3.0
+
+
+def _setns(pid):
+    """Move the calling thread into the network namespace of `pid`."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open("/proc/%d/ns/net" % pid, os.O_RDONLY)
+    try:
+        if libc.setns(fd, 0x40000000) != 0:     # CLONE_NEWNET
+            raise OSError(ctypes.get_errno(), "setns failed")
+    finally:
+        os.close(fd)
+
+
+class Filler(object):
+    """Scripted peers for every node, run by an asyncio loop in a thread
+    that lives in the nodes' network namespace."""
+
+    def __init__(self, ns_pid, targets, fakes_per_node, synth_per_node, traffic_keys=3):
+        self.ns_pid = ns_pid              # None: the nodes are in this namespace
+        self.fakes = fakes_per_node
+        self.traffic_keys = traffic_keys  # synthetic traffic sources per scripted peer and round
+        self.targets = targets            # [(listen port, node pubkey hex)]
+        self.stop = threading.Event()
+        self.error = None
+        self.sent = {"bootstrap": 0, "wakeup": 0, "traffic": 0}
+        self.connected = 0
+        # (the third seed byte is 0 below 256 keys, so smaller profiles
+        # see the keys they always saw)
+        self.synth = [[Signer(bytes([0x80 + i, j & 0xFF, j >> 8]) + bytes(29))
+                       for j in range(synth_per_node)] for i in range(len(targets))]
+        self.thread = threading.Thread(target=self._main, daemon=True)
+
+    def start(self):
+        self.thread.start()
+
+    def _main(self):
+        try:
+            if self.ns_pid is not None:
+                _setns(self.ns_pid)
+            asyncio.run(self._run())
+        except Exception as e:   # reported by the test
+            self.error = e
+
+    async def _run(self):
+        peers = []
+        for i, (port, _) in enumerate(self.targets):
+            for j in range(self.fakes):
+                p = FakePeer(bytes([0x70 + i, 0x10 + j]) + bytes(30), "127.0.0.1", port)
+                await p.connect()
+                p.start()
+                peers.append((i, j, p))
+                self.connected += 1
+        seq = int(time.time() * 1000)
+        last_wakeup = 0.0
+        while not self.stop.is_set():
+            t0 = time.monotonic()
+            seq += 1
+            wake = t0 - last_wakeup > 31
+            if wake:
+                last_wakeup = t0
+            for i, j, p in peers:
+                if p.closed:
+                    continue
+                await p.keepalive()
+                keys = self.synth[i][j::self.fakes]
+                for s in keys:
+                    if await p.bootstrap_for(s, seq):
+                        self.sent["bootstrap"] += 1
+                for s in keys[:self.traffic_keys]:
+                    pl = bytes(probe.make(probe.PING, seq & 0xFFFFFFFF))
+                    if await p.traffic_from(s.public, bytes.fromhex(self.targets[i][1]), pl):
+                        self.sent["traffic"] += 1
+                if wake:
+                    for s in keys[:4]:
+                        if await p.wakeup_for(s, seq):
+                            self.sent["wakeup"] += 1
+            while time.monotonic() - t0 < ROUND_S and not self.stop.is_set():
+                await asyncio.sleep(0.1)
+        for _, _, p in peers:
+            p.close()
 
 
 class Result(object):
@@ -219,7 +305,7 @@ def report(res):
 
 
 def main(argv):
-    """python tests/host/heap_scenario.py PROFILE frozen|stock HEAP [SECONDS]:
+    """python bench/heap_scenario.py PROFILE frozen|stock HEAP [SECONDS]:
     runs the scenario, prints the report; exit status 1 if it fails."""
     import sys
     import tempfile
