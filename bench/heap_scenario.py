@@ -8,8 +8,10 @@ the profile has BLE); scripted peers (Filler) take every
 other port and keep every table full with a bootstrap / traffic / wakeup
 flood from many keys. Every 5 s: a ping between two nodes, each node's
 `stats` (occupancy) and `mem` (heap after gc.collect(), parts), for the
-run's seconds and, should a node's peers and routes not yet have been full
-at a sample, on until they were (at most FILL_GRACE_S more).
+run's seconds and, should a node's tables not yet all have been full (or its
+peers and routes not full at one sample), on until they were (at most
+FILL_GRACE_S more): on a loaded machine a node verifies the flood late, and
+the run waits for the tables instead of failing on the load.
 
     res = run(profile, variant, heap, seconds, out_dir)
     res.samples[name] = [(t, free, heap, occupancy)], res.final[name] = `mem`,
@@ -36,10 +38,13 @@ SYNTH_PER_NODE = 48
 TRAFFIC_KEYS = 6
 MIN_FREE = 0.35
 # A node verifies every new key of the flood; on a loaded machine a large
-# table (ESP32_SPIRAM: 1024 routes) may not be full by `seconds`: the run
-# goes on, sampling, until every node had its peers and routes full at a
-# sample, for at most this much longer (then it fails as before).
+# table (ESP32_SPIRAM: 1024 routes) may not be full by `seconds`, nor the
+# wakeup filter, whose scripted wakeups come once every WAKEUP_EVERY_S: the
+# run goes on, sampling, until every node had every table full and its peers
+# and routes full at one sample, for at most this much longer (then it fails
+# and says which table).
 FILL_GRACE_S = 120
+WAKEUP_EVERY_S = 31
 LINKS_WAIT_S = 60
 ROUND_S = 3.0
 
@@ -99,7 +104,7 @@ class Filler(object):
         while not self.stop.is_set():
             t0 = time.monotonic()
             seq += 1
-            wake = t0 - last_wakeup > 31
+            wake = t0 - last_wakeup > WAKEUP_EVERY_S
             if wake:
                 last_wakeup = t0
             for i, j, p in peers:
@@ -191,8 +196,7 @@ def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None):
             k = 0
             while True:
                 el = time.monotonic() - t0
-                if el >= seconds and (el >= seconds + FILL_GRACE_S
-                                      or all(steady(res, n) for n in names)):
+                if finished(res, el):
                     break
                 time.sleep(5)
                 if filler.error is not None:
@@ -233,6 +237,21 @@ def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None):
             res.errs[n] = ""
     res.errors = problems(res)
     return res
+
+
+def filled(res, n):
+    """Every table of node n reached its capacity at some sample, and its
+    peers and routes were full together at one."""
+    return all(res.peak.get((n, t), 0) == res.cap[t] for t in TABLES) and bool(steady(res, n))
+
+
+def finished(res, elapsed):
+    """The sampling loop stops after the run's seconds once every node's
+    tables were full, or FILL_GRACE_S later regardless (problems() then
+    names the table that never filled)."""
+    if elapsed < res.seconds:
+        return False
+    return elapsed >= res.seconds + FILL_GRACE_S or all(filled(res, n) for n in res.names)
 
 
 def steady(res, n):
