@@ -1,9 +1,13 @@
 """snakemesh benchmark suite: `make bench`.
 
-    .venv/bin/python bench/run.py [--quick] [--only N[,N...]] [--reps K]
+    .venv/bin/python bench/run.py [--quick | --full] [--only N[,N...]] [--reps K]
                                   [--out bench/results.json] [--esp32-factor X]
 
 Runs every figure (bench/figures/f<N>_*.py, described in docs/reports/BENCH.md),
+at one of three sizes: --quick (a few minutes), the default (every figure,
+the heavy ones on smaller cases: about 20 minutes on 2 cores), --full (the
+heavy figures' cases as specified: figure 7 at 1,000 nodes x 300 s, every
+figure 9 case; `make bench-full`, an hour or more);
 writes bench/results.json and prints a table: figure, metric, value, ratio
 (timings against a baseline measured in the same run), target, pass/fail.
 A figure that cannot run here (a missing part) is reported as
@@ -154,8 +158,11 @@ def table(results, out=sys.stdout):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="snakemesh benchmark suite (docs/reports/BENCH.md)")
-    p.add_argument("--quick", action="store_true",
-                   help="scaled-down run (200-node sim, fewer repetitions): a few minutes")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true",
+                      help="scaled-down run (200-node sim, fewer repetitions): a few minutes")
+    size.add_argument("--full", action="store_true",
+                      help="the heavy figures at full size (1,000-node sims, every figure 9 case): an hour or more")
     p.add_argument("--only", action="append", metavar="N", help="only these figures (e.g. 1,2 or repeat)")
     p.add_argument("--reps", type=int, default=None,
                    help="repetitions of every figure but 3 (default: per figure, see BENCH.md)")
@@ -170,7 +177,8 @@ def main(argv=None):
     if a.esp32_factor is not None and not a.esp32_factor > 0:
         raise SystemExit("bench: --esp32-factor must be > 0")
     progress = None if a.quiet else sys.stderr
-    ctx = common.Context(quick=a.quick, reps=a.reps, progress=progress, esp32_factor=a.esp32_factor)
+    ctx = common.Context(quick=a.quick, full=a.full, reps=a.reps, progress=progress,
+                         esp32_factor=a.esp32_factor)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
     results = []
@@ -189,7 +197,7 @@ def main(argv=None):
             progress.flush()
     doc = {
         "version": 1, "started": started, "seconds": round(time.monotonic() - t0, 1),
-        "quick": a.quick, "only": sorted(only) or None, "host": host_info(),
+        "quick": a.quick, "full": a.full, "only": sorted(only) or None, "host": host_info(),
         "figures": results,
         "esp32": ctx.shared.get("esp32"),
         "cpython_calibration_s": ctx.shared.get("cpython_calib_s"),
@@ -202,7 +210,7 @@ def main(argv=None):
         f.write("\n")
     os.replace(tmp, a.out)
     sys.stdout.write("\nsnakemesh benchmarks%s (%s, %.0f s)\n\n" % (
-        " (quick)" if a.quick else "", started, doc["seconds"]))
+        " (quick)" if a.quick else (" (full)" if a.full else ""), started, doc["seconds"]))
     table(results)
     sys.stdout.write("\nresults: %s\n" % os.path.relpath(a.out))
     bad = any(f["status"] == "error" for f in results) or any(

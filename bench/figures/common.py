@@ -30,13 +30,22 @@ class NotAvailable(Exception):
 class Context(object):
     """Run-wide settings and values shared between figures."""
 
-    def __init__(self, quick=False, reps=None, progress=None, esp32_factor=None):
+    def __init__(self, quick=False, reps=None, progress=None, esp32_factor=None, full=False):
+        if quick and full:
+            raise ValueError("quick and full exclude each other")
         self.quick = quick
+        # the heavy figures (7, 8, 9) have three sizes: --quick, the default
+        # (every figure within a sitting), --full (the cases as specified)
+        self.full = full
         self.reps = reps if reps else (3 if quick else 5)
         self.reps_given = bool(reps)
         self.progress = progress
         self.esp32_factor = esp32_factor
         self.shared = {}          # cross-figure cache (e.g. the sim sweep)
+
+    def size(self, quick, default, full):
+        """The value for this run's size: --quick, default or --full."""
+        return quick if self.quick else (full if self.full else default)
 
     def log(self, msg):
         if self.progress is not None:

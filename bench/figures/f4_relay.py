@@ -24,7 +24,6 @@ import subprocess
 import time
 
 from figures.common import FIGS, NotAvailable, row, median, micropython
-from figures.f2_memory import node_runtime
 
 TITLE = "Relay throughput vs a plain asyncio forwarder (loopback TCP)"
 PAYLOAD = 200
@@ -243,10 +242,19 @@ async def run_relay(NodeProcess, warm, window, profile):
         await asyncio.get_running_loop().run_in_executor(None, node.stop)
 
 
-def run(ctx):
-    NodeProcess, _ = node_runtime()
+def node_process():
+    """host_tools' NodeProcess (a firmware node on the unix port), or NotAvailable."""
+    try:
+        from host_tools.nodeproc import NodeProcess
+    except ImportError as e:
+        raise NotAvailable("node runtime missing (host_tools.nodeproc: %s)" % e)
     if micropython() is None:
         raise NotAvailable("micropython (unix port) not found; run `make setup`")
+    return NodeProcess
+
+
+def run(ctx):
+    NodeProcess = node_process()
     warm, window = (0.5, 2.0) if ctx.quick else (1.0, 3.0)
     reps = ctx.reps if ctx.reps_given else (3 if ctx.quick else 5)
     from snake.crypto import Signer
