@@ -60,8 +60,12 @@ def run(nodes=1000, duration=300.0, seed=1, radius=None, out=None, telemetry=Tru
             shutil.rmtree(tmp, ignore_errors=True)
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     st = truth["sim_stats"]
+    from snake import crypto
     return {
         "bench": "sim_scale",
+        # the CPU time depends on it: the pure-Python backend (PyNaCl
+        # missing) makes signing and verifying most of the run
+        "crypto_backend": crypto.BACKEND,
         "topology": spec, "seed": seed, "nodes": s["nodes"], "edges": s["edges"],
         "virtual_s": duration, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
         "virtual_per_wall": round(duration / wall, 3) if wall else None,

@@ -6,8 +6,8 @@ shipped router core on every node, full telemetry written, 20 ping pairs x 3
 at half time; reports wall time, peak RSS (ru_maxrss), convergence and
 delivery. Two meshes: every node UNIX (as shipped), and ESP32_GENERIC boards
 with GATEWAY on every node with more links than an ESP32 takes (about a
-third of them: hubs with thousands of routes). --quick runs 200 nodes x 60
-s instead. Run once by default (the heavy figure; --reps N repeats it). The ratio column is the run's CPU time
+third of them: hubs with thousands of routes). That is --full; by default
+500 nodes x 150 s (a quarter of the work), --quick 200 nodes x 60 s. Run once by default (the heavy figure; --reps N repeats it). The ratio column is the run's CPU time
 divided by one CPython calibration run (figures/calib.py, median of three best-of-15) in the
 same run: CPU time rather than wall time, so load from other processes on a
 shared machine does not inflate it, and machine speed cancels out.
@@ -41,7 +41,7 @@ def run(ctx):
     script = os.path.join(BENCH, "sim_scale.py")
     if not os.path.exists(script):
         raise NotAvailable("bench/sim_scale.py missing (simulator helper)")
-    nodes, dur = (200, 60) if ctx.quick else (1000, 300)
+    nodes, dur = ctx.size((200, 60), (500, 150), (1000, 300))
     reps = ctx.reps if ctx.reps_given else 1
     cal = cpython_calibration(ctx)
     rows = []
@@ -70,10 +70,10 @@ def run(ctx):
         cpu = median([r["cpu_s"] for r in runs])
         rss = median([r["peak_rss_mb"] for r in runs])
         r = runs[0]
-        note = ("CPU %.0f s (ratio = CPU s / CPython calibration run); %s; %d edges, %d events, "
-                "%d frames; snake right at the end %s, converged (held) at %s s; pings %s/%s; "
-                "telemetry %d records; %d run(s)") % (
-            cpu, ", ".join("%d %s" % (v, k) for k, v in sorted(r["profiles"].items())),
+        note = ("CPU %.0f s (ratio = CPU s / CPython calibration run); crypto backend %s; %s; "
+                "%d edges, %d events, %d frames; snake right at the end %s, converged (held) at %s s; "
+                "pings %s/%s; telemetry %d records; %d run(s)") % (
+            cpu, r.get("crypto_backend"), ", ".join("%d %s" % (v, k) for k, v in sorted(r["profiles"].items())),
             r["edges"], r["events"], r["frames"], r["snake_correct_ratio_final"],
             r["snake_converged_s"], r["probes_ok"], r["probes"], r["telemetry_records"], len(runs))
         rows.append(row("%s: wall time" % label, wall, "s", "report", None, note,
