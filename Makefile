@@ -1,6 +1,7 @@
 # snakemesh: two commands do all the set-up on a fresh machine:
 #   make test   -> virtual environment, pinned dependencies, every test suite
 #   make demo   -> a local mesh of real firmware nodes, telemetry, Spark report
+# and `make check` is the fast tier while you work (unit and firmware suites).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -8,15 +9,23 @@ PY := $(VENV)/bin/python
 MICROPYTHON := $(VENV)/bin/micropython
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
+# the one way to install a Debian package the build needs (skips apt when it
+# is there, waits for another apt's lock): $(APT_INSTALL) "why" package...
+APT_INSTALL := $(CURDIR)/scripts/apt-install
 
-.PHONY: all setup test test-fast demo bench soak firmware-image mpy clean help mp32 mp32-frozen mp32-stock mp32-deps chromium
+.PHONY: all setup test check demo bench bench-full soak firmware-image mpy clean help mp32 mp32-frozen mp32-stock mp32-deps chromium
 
 all: help
 
 help:
 	@echo "make test    - create .venv, install pinned deps, run all tests (CPython + micropython)"
+	@echo "make check   - the fast tier: unit and firmware suites, no node processes, Spark or"
+	@echo "               long simulations (a few minutes; tests marked slow are left to make test)"
 	@echo "make demo    - run a local mesh of unix-port firmware nodes and write a report"
-	@echo "make bench   - benchmarks (speed, memory, protocol cost) -> bench/results.json"
+	@echo "make bench   - every benchmark figure, heavy ones on smaller cases (~20 min) -> bench/results.json"
+	@echo "make bench-full - the same with the heavy cases at full size (1,000-node sims; an hour or more)"
+	@echo "               (BENCH_ARGS passes options to bench/run.py, e.g. BENCH_ARGS='--only 4,7')"
 	@echo "make soak    - 8-node mesh, 10 min, kill -9 every minute, 110K heap, 32-bit frozen build"
 	@echo "make firmware-image BOARD=ESP32_GENERIC - custom image with the firmware frozen in (needs ESP-IDF: docs/guides/FIRST_BOARD.md)"
 	@echo "make mp32    - 32-bit MicroPython $(MICROPY_VERSION) unix ports (an ESP32's word size):"
@@ -34,18 +43,24 @@ setup: $(STAMP)
 test: $(STAMP) mp32 chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The fast tier: what runs without node processes, a JVM, a browser or a long
+# simulation (tests marked `slow`, pyproject.toml). Needs no 32-bit build.
+check: $(STAMP)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
 # Headless Chromium renders the report in tests/host/test_report.py (Debian package)
 chromium:
-	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
-	  echo "chromium: installing the headless browser for the report's screenshot test"; \
-	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  $(APT_INSTALL) "the headless browser for the report's screenshot test" chromium
 
 demo: $(STAMP)
 	$(VENV)/bin/snakemesh demo --out demo-out
 
 bench: $(STAMP)
-	$(PY) bench/run.py
+	$(PY) bench/run.py $(BENCH_ARGS)
+
+bench-full: $(STAMP)
+	$(PY) bench/run.py --full $(BENCH_ARGS)
 
 # the 32-bit build with the firmware frozen in, an ESP32's 110K heap;
 # SOAK_ARGS passes more options (--minutes, --heapsize, --micropython, --mpy)
@@ -115,10 +130,8 @@ mp32-stock: $(MP32_STOCK)
 
 # gcc-multilib (Debian) gives gcc -m32 its headers and libraries
 mp32-deps:
-	@echo 'int main(void){return 0;}' | $(CC) -m32 -x c - -o /dev/null 2>/dev/null || { \
-	  echo "mp32: installing gcc-multilib (32-bit build of MicroPython)"; \
-	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq gcc-multilib >/dev/null; }
+	@echo 'int main(void){return 0;}' | $(CC) -m32 -x c - -o /dev/null 2>/dev/null || \
+	  $(APT_INSTALL) "32-bit build of MicroPython" gcc-multilib
 
 $(MP32_TREE)/.unpacked:
 	@test -f "$(MICROPY_SRC)" || { echo "mp32: MicroPython source archive not found: $(MICROPY_SRC) (set MICROPY_SRC=/path/to/$(MICROPY_ARCHIVE))"; exit 2; }
