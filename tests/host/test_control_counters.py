@@ -5,6 +5,8 @@ import io
 import os
 import json
 
+import pytest
+
 from host_tools.sim.harness import Mesh
 from host_tools.sim import telemetry as TM
 
@@ -59,6 +61,7 @@ def test_counters_records_carry_the_byte_counters():
 # -- analyze on simulator output (issue 15: control_bytes_per_node_s and
 #    control_bytes_by_type against the bytes the simulator's links carried)
 
+@pytest.mark.slow  # Spark (a JVM)
 def test_analyze_control_bytes_match_what_the_simulated_links_carried(tmp_path, monkeypatch):
     import host_tools
     from host_tools.sim import runner

@@ -254,6 +254,7 @@ def test_sim_a_single_gateway_node_becomes_the_root():
     assert m.tree_converged()         # every node's root is the highest key: the gateway's
 
 
+@pytest.mark.slow  # node processes
 def test_process_mesh_draws_keys_as_the_simulator(tmp_path):
     from host_tools.mesh import ProcessMesh
     topo = tmp_path / "t.txt"

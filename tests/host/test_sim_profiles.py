@@ -294,6 +294,7 @@ def test_speedups_leave_the_run_byte_identical(what):
 
 # -- process mesh: the same options -------------------------------------------------
 
+@pytest.mark.slow  # node processes
 def test_process_mesh_gives_hub_and_node_profiles(tmp_path):
     from host_tools.errors import InputError
     from host_tools.mesh import ProcessMesh
