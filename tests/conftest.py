@@ -20,6 +20,7 @@ SLOW_MODULES = frozenset((
     "test_ble_mesh.py",
     "test_console_interactive.py",
     "test_demo.py",
+    "test_flood.py",
     "test_flood_process.py",
     "test_heap_32bit.py",
     "test_heap_after_boot.py",
