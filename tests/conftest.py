@@ -22,6 +22,7 @@ SLOW_MODULES = frozenset((
     "test_demo.py",
     "test_flood.py",
     "test_flood_process.py",
+    "test_fuzz_router_million.py",
     "test_heap_32bit.py",
     "test_heap_after_boot.py",
     "test_mpy_cross.py",
