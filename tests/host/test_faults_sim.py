@@ -177,6 +177,7 @@ def tally(events, probes):
     return out
 
 
+@pytest.mark.slow  # 10 virtual minutes of faults on a 50-node mesh, per topology
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 def test_delivery_under_crashes_flaps_and_a_partition(topology):
     m, events, probes, counts, wall = run_faults(topology, 41, MINUTES)

@@ -72,6 +72,7 @@ def overloaded(tmp_path_factory):
     return _run(tmp_path_factory.mktemp("overload"), "rgg:400", 135, 122)
 
 
+@pytest.mark.slow  # a 400-node overloaded mesh for 135 virtual s (a shared fixture)
 def test_overloaded_esp32_mesh_says_so(overloaded):
     s, truth = overloaded
     assert s["profiles"] == {"ESP32_GENERIC": 400}
@@ -92,6 +93,7 @@ def test_esp32_mesh_deeper_than_its_max_hops_says_so(tmp_path):
 @pytest.mark.xfail(strict=True, reason="issue 14 overload target not met: the busiest ESP32_GENERIC nodes "
                                        "refuse routes (160), the snake stays wrong for some keys "
                                        "(docs/reports/CAPACITY.md)")
+@pytest.mark.slow  # the same overloaded mesh
 def test_overloaded_esp32_mesh_keeps_delivering(overloaded):
     s, truth = overloaded
     assert s["delivery_ratio"] >= 0.99, _explain(s)
