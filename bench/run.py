@@ -156,6 +156,16 @@ def table(results, out=sys.stdout):
                 out.write("  [%d] %s: %s\n" % (fig["figure"], r["metric"], r["note"]))
 
 
+def write_results(path, doc):
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True, default=str)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="snakemesh benchmark suite (docs/reports/BENCH.md)")
     size = p.add_mutually_exclusive_group()
@@ -182,6 +192,17 @@ def main(argv=None):
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
     results = []
+
+    def document(complete):
+        return {
+            "version": 1, "started": started, "seconds": round(time.monotonic() - t0, 1),
+            "complete": complete,
+            "quick": a.quick, "full": a.full, "only": sorted(only) or None, "host": host_info(),
+            "figures": results,
+            "esp32": ctx.shared.get("esp32"),
+            "cpython_calibration_s": ctx.shared.get("cpython_calib_s"),
+        }
+
     for num, modname in FIGURES:
         if only and num not in only:
             continue
@@ -190,25 +211,15 @@ def main(argv=None):
             progress.flush()
         res = run_figure(num, modname, ctx)
         results.append(res)
+        # written after every figure: a run stopped part-way keeps what it measured
+        write_results(a.out, document(False))
         if progress:
             progress.write("figure %d: %s in %.1f s%s\n" % (
                 num, res["status"], res["seconds"],
                 (": " + res["reason"]) if res.get("reason") else ""))
             progress.flush()
-    doc = {
-        "version": 1, "started": started, "seconds": round(time.monotonic() - t0, 1),
-        "quick": a.quick, "full": a.full, "only": sorted(only) or None, "host": host_info(),
-        "figures": results,
-        "esp32": ctx.shared.get("esp32"),
-        "cpython_calibration_s": ctx.shared.get("cpython_calib_s"),
-    }
-    d = os.path.dirname(os.path.abspath(a.out))
-    os.makedirs(d, exist_ok=True)
-    tmp = a.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True, default=str)
-        f.write("\n")
-    os.replace(tmp, a.out)
+    doc = document(True)
+    write_results(a.out, doc)
     sys.stdout.write("\nsnakemesh benchmarks%s (%s, %.0f s)\n\n" % (
         " (quick)" if a.quick else (" (full)" if a.full else ""), started, doc["seconds"]))
     table(results)

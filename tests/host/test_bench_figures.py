@@ -64,7 +64,28 @@ def test_relay_figure_runs(tmp_path):
     out = tmp_path / "results.json"
     bench_run.main(["--only", "4", "--quick", "--reps", "1", "--quiet", "--out", str(out)])
     doc = json.loads(out.read_text())
+    assert doc["complete"] is True
     (fig,) = doc["figures"]
     assert fig["status"] == "ok", fig.get("reason")
     values = dict((r["metric"], r["value"]) for r in fig["rows"])
     assert values["relay node frames/s (loopback, unix port)"] > 0, values
+
+
+def test_results_written_after_every_figure(tmp_path, monkeypatch):
+    """A run stopped part-way keeps the figures it measured."""
+    out = tmp_path / "results.json"
+    seen = []
+
+    def fake_run_figure(num, modname, ctx):
+        if out.exists():
+            seen.append([f["figure"] for f in json.loads(out.read_text())["figures"]])
+        if num == 3:
+            raise KeyboardInterrupt
+        return {"figure": num, "module": modname, "status": "ok", "rows": [], "seconds": 0.0}
+    monkeypatch.setattr(bench_run, "run_figure", fake_run_figure)
+    monkeypatch.setattr(bench_run, "host_info", lambda: {})
+    with pytest.raises(KeyboardInterrupt):
+        bench_run.main(["--quiet", "--out", str(out)])
+    assert seen == [[1], [1, 2]]
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False and [f["figure"] for f in doc["figures"]] == [1, 2]
