@@ -79,6 +79,7 @@ def _alive(pid):
         return False
 
 
+@pytest.mark.slow  # a demo's node processes and JVM
 def test_ctrl_c_in_the_demos_spark_phase_leaves_no_java_and_no_partial_folder(tmp_path):
     """Ctrl-C (SIGINT to the terminal's process group) while Spark runs:
     the demo stops, its JVM is gone, and no `.analysis.partial-PID` is
@@ -123,6 +124,7 @@ def test_ctrl_c_in_the_demos_spark_phase_leaves_no_java_and_no_partial_folder(tm
             p.wait()
 
 
+@pytest.mark.slow  # Spark (a JVM)
 def test_analyze_names_and_percentages(tmp_path):
     """`analyze --names` takes names as `ping --names` does (here NAME KEY
     lines), and its summary prints ratios as the report does: percentages."""
