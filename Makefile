@@ -66,7 +66,7 @@ bench-full: $(STAMP)
 # SOAK_ARGS passes more options (--minutes, --heapsize, --micropython, --mpy)
 SOAK_ARGS ?=
 soak: $(STAMP) mp32-frozen
-	$(PY) -m host_tools.soak --micropython $(MP32_FROZEN) --heapsize 110K $(SOAK_ARGS)
+	$(PY) -m host_tools.procmesh.soak --micropython $(MP32_FROZEN) --heapsize 110K $(SOAK_ARGS)
 
 mpy: $(STAMP)
 	$(VENV)/bin/snakemesh build-mpy --board ESP32_GENERIC --out build/mpy

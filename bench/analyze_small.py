@@ -35,7 +35,7 @@ def cli(*args, timeout=600):
 
 
 def capture_monitor(work, seconds=20):
-    from host_tools.mesh import ProcessMesh
+    from host_tools.procmesh.mesh import ProcessMesh
     topo = os.path.join(work, "line3.txt")
     with open(topo, "w") as f:
         f.write("a b c\n")

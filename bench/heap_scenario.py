@@ -23,9 +23,9 @@ import os
 import threading
 import time
 
-from host_tools import mp32
+from host_tools.procmesh import mp32
 from host_tools.errors import CliError
-from host_tools.mesh import ProcessMesh
+from host_tools.procmesh.mesh import ProcessMesh
 from snake.runtime import probe
 from snake.crypto import Signer
 

@@ -72,8 +72,8 @@ def state(ctx):
 def code_heap(ctx):
     """Rows 2c: heap taken by importing the running node's modules on the
     32-bit builds: frozen (the custom image) and .mpy (stock firmware)."""
-    from host_tools import mp32
-    from host_tools.nodeproc import build_mpy
+    from host_tools.procmesh import mp32
+    from host_tools.procmesh.nodeproc import build_mpy
     rows = []
     tmp = tempfile.mkdtemp(prefix="bench_mpy_")
     try:

@@ -1,7 +1,7 @@
 """Figure 4: relay throughput of a real node process vs a plain forwarder.
 
 Relay: one firmware node process on the unix port (`snakemesh node`
-equivalent via host_tools.nodeproc: UNIX profile, static TCP listener on
+equivalent via host_tools.procmesh.nodeproc: UNIX profile, static TCP listener on
 loopback, no multicast). Two scripted peers in this (CPython) process dial
 it, run the handshake and answer its tree announcement as its children: the
 sender streams SNEK traffic frames (200-byte payload, addressed to the
@@ -181,7 +181,7 @@ async def run_baseline(warm, window, frame):
         writer.close()
     server = await asyncio.start_server(on_recv, "127.0.0.1", 0)
     rport = server.sockets[0].getsockname()[1]
-    from host_tools.nodeproc import free_port
+    from host_tools.procmesh.nodeproc import free_port
     lport = free_port()
     proc = await asyncio.create_subprocess_exec(
         mp, os.path.join(FIGS, "baseline_forwarder.py"), str(lport), "127.0.0.1", str(rport),
@@ -208,7 +208,7 @@ async def run_baseline(warm, window, frame):
 
 
 async def run_relay(NodeProcess, warm, window, profile):
-    from host_tools.nodeproc import free_port
+    from host_tools.procmesh.nodeproc import free_port
     lport = free_port()
     node = NodeProcess(seed=b"\x5e" * 32, listen=("127.0.0.1", lport), multicast=False, profile=profile)
     await asyncio.get_running_loop().run_in_executor(None, node.start)

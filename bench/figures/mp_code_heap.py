@@ -2,7 +2,7 @@
 #
 #   MICROPYPATH=.frozen:MPY_DIR:MPY_DIR/lib micropython mp_code_heap.py [MODULE ...]
 #
-# MPY_DIR is the firmware compiled to .mpy (host_tools.nodeproc.build_mpy),
+# MPY_DIR is the firmware compiled to .mpy (host_tools.procmesh.nodeproc.build_mpy),
 # as `snakemesh deploy` puts it on a board running stock MicroPython, where
 # importing a .mpy copies its bytecode, constants and qstrs into the heap
 # and creates a raw-code and a function object per function.

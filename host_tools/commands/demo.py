@@ -94,7 +94,7 @@ def run_child(cmd, env, grace=30.0):
 def run(args):
     from host_tools.commands import mesh as mesh_cmd
     from host_tools.commands.mesh import percent
-    from host_tools.mesh import parse_topology
+    from host_tools.procmesh.mesh import parse_topology
     from host_tools import topofiles
     t0 = time.monotonic()
     args.topology = topofiles.resolve(args.topology)

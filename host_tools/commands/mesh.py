@@ -68,7 +68,7 @@ def say(msg):
 
 
 def run_mesh(args, progress=say):
-    from host_tools.mesh import ProcessMesh
+    from host_tools.procmesh.mesh import ProcessMesh
     from host_tools import topofiles
     args.topology = topofiles.resolve(args.topology)
     os.makedirs(args.out, exist_ok=True)

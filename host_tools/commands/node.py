@@ -11,7 +11,7 @@ they happen, peers coming up and going down, failed dials and handshakes,
 and changes of the tree root and parent (--quiet: none of that). Runs until
 Ctrl-C / SIGTERM, then stops the node (no process is left behind).
 
-The node's console is read through a tap (host_tools/consoletap.py): the
+The node's console is read through a tap (host_tools/procmesh/consoletap.py): the
 printed console path is a second pseudo-terminal fed with everything the
 node says, so this command and a client never compete for its lines.
 Root and parent changes come from a `status` request of the tap's own
@@ -141,7 +141,7 @@ def register(subparsers):
 
 
 def run(args):
-    from host_tools.nodeproc import NodeProcess, build_mpy
+    from host_tools.procmesh.nodeproc import NodeProcess, build_mpy
     seed = None
     if args.seed is None and args.key_file is None:
         raise UsageError("a node needs a key: --key-file FILE (make one with `snakemesh keygen --out FILE`) "
@@ -175,7 +175,7 @@ def run(args):
     try:
         node.start()
         _check_listen(node, args.listen)
-        from host_tools.consoletap import ConsoleTap
+        from host_tools.procmesh.consoletap import ConsoleTap
         view = EventView(names, quiet=args.quiet)
         tap = ConsoleTap(node, on_line=view.on_line, console_port=args.console_port).start()
         print("node %s" % node.pubkey)

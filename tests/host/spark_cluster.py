@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.request
 
-from host_tools.nodeproc import free_port
+from host_tools.procmesh.nodeproc import free_port
 
 
 def spark_home():

@@ -1,4 +1,4 @@
-"""Acceptance: firmware nodes (MicroPython unix port, host_tools.nodeproc)
+"""Acceptance: firmware nodes (MicroPython unix port, host_tools.procmesh.nodeproc)
 linked only by the emulated BLE medium.
 
 1. Four nodes in a line converge (one root, every node's descending entry
@@ -23,7 +23,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from blemu_harness import Medium, MICROPYTHON  # noqa: E402
 
-from host_tools.nodeproc import NodeProcess, free_port  # noqa: E402
+from host_tools.procmesh.nodeproc import NodeProcess, free_port  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not os.path.exists(MICROPYTHON), reason="micropython binary missing")
 

@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from ptyproc import snakemesh  # noqa: E402
 
-from host_tools.nodeproc import NodeProcess, free_port  # noqa: E402
+from host_tools.procmesh.nodeproc import NodeProcess, free_port  # noqa: E402
 
 SEED_A, SEED_B = b"\x01" * 32, b"\x02" * 32
 

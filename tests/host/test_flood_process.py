@@ -75,8 +75,8 @@ import time
 import pytest
 
 from host_tools.errors import CliError
-from host_tools.mesh import ProcessMesh
-from host_tools.nodeproc import micropython_binary
+from host_tools.procmesh.mesh import ProcessMesh
+from host_tools.procmesh.nodeproc import micropython_binary
 from snake import wire
 
 from test_flood import FLOOD_KEYS, flood_signers

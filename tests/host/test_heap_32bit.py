@@ -1,5 +1,5 @@
 """Memory on an ESP32's word size (issue 13): whole nodes in a board's heap,
-on 32-bit builds of MicroPython 1.28.0 (`make mp32`, host_tools/mp32.py;
+on 32-bit builds of MicroPython 1.28.0 (`make mp32`, host_tools/procmesh/mp32.py;
 the test builds them when they are missing or out of date).
 
 1. ESP32_GENERIC, firmware frozen (build/mp32/micropython-frozen: the unix
@@ -31,7 +31,7 @@ import sys
 import pytest
 
 import heap_scenario
-from host_tools import mp32
+from host_tools.procmesh import mp32
 
 SECONDS = float(os.environ.get("SNAKEMESH_HEAP_SECONDS", "60"))
 CASES = {

@@ -40,7 +40,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from blemu_harness import Medium, MICROPYTHON  # noqa: E402
 
-from host_tools.nodeproc import NodeProcess, build_mpy, free_port  # noqa: E402
+from host_tools.procmesh.nodeproc import NodeProcess, build_mpy, free_port  # noqa: E402
 
 ENTRY = r'''
 import sys, os, micropython, asyncio

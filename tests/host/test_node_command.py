@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from host_tools.nodeproc import NodeProcess, free_port
+from host_tools.procmesh.nodeproc import NodeProcess, free_port
 
 SEED_A = "a1" * 32
 

@@ -16,7 +16,7 @@ import time
 import pytest
 
 import host_tools
-from host_tools.nodeproc import NodeProcess, micropython_binary, PREFIX
+from host_tools.procmesh.nodeproc import NodeProcess, micropython_binary, PREFIX
 
 pytestmark = pytest.mark.skipif(micropython_binary() is None, reason="micropython binary missing")
 
@@ -382,7 +382,7 @@ def test_heap_too_small_is_one_error_line_not_a_traceback(heap, tmp_path):
     one clear line: while loading the modules (exit status 3), while
     booting (exit status 3), or while building the router (the console
     stays up and says so), never a traceback."""
-    from host_tools.nodeproc import build_mpy
+    from host_tools.procmesh.nodeproc import build_mpy
     mpy = build_mpy(str(tmp_path / "mpy"))
     env = dict(os.environ)
     env["MICROPYPATH"] = ":".join([".frozen", mpy, os.path.join(mpy, "lib")])

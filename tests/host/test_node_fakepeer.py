@@ -16,7 +16,7 @@ import time
 import pytest
 
 import host_tools  # noqa: F401  (firmware/ and lib/ on sys.path)
-from host_tools.nodeproc import NodeProcess, free_port, micropython_binary
+from host_tools.procmesh.nodeproc import NodeProcess, free_port, micropython_binary
 from snake import wire
 
 from fakepeer import FakePeer, FULL_KEY  # noqa: F401  (bench/, on sys.path in conftest)

@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from host_tools.nodeproc import NodeProcess, build_mpy, free_port, micropython_binary
+from host_tools.procmesh.nodeproc import NodeProcess, build_mpy, free_port, micropython_binary
 
 from heap_scenario import Filler  # bench/, on sys.path in conftest
 from test_node_mesh import Netns

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from host_tools.mesh import ProcessMesh
+from host_tools.procmesh.mesh import ProcessMesh
 
 RING4 = "a b c d a\n"          # a 4-cycle: two paths between a and c
 

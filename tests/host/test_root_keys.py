@@ -256,7 +256,7 @@ def test_sim_a_single_gateway_node_becomes_the_root():
 
 @pytest.mark.slow  # node processes
 def test_process_mesh_draws_keys_as_the_simulator(tmp_path):
-    from host_tools.mesh import ProcessMesh
+    from host_tools.procmesh.mesh import ProcessMesh
     topo = tmp_path / "t.txt"
     topo.write_text("a b\nb c\nc d\nd a\nb d\n")
     m = ProcessMesh(str(topo), str(tmp_path / "out"), seed=4, profile="UNIX",

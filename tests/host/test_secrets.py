@@ -10,7 +10,7 @@ import stat
 import subprocess
 import sys
 
-from host_tools.mesh import ProcessMesh
+from host_tools.procmesh.mesh import ProcessMesh
 from host_tools.sim.keys import node_seed
 
 TOPO = "a b c\nc d @ble\n"

@@ -301,7 +301,7 @@ def test_speedups_leave_the_run_byte_identical(what):
 @pytest.mark.slow  # node processes
 def test_process_mesh_gives_hub_and_node_profiles(tmp_path):
     from host_tools.errors import InputError
-    from host_tools.mesh import ProcessMesh
+    from host_tools.procmesh.mesh import ProcessMesh
     tiny = _tiny(tmp_path)
     topo = tmp_path / "star.txt"
     topo.write_text(STAR)

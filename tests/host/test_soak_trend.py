@@ -1,8 +1,8 @@
-"""host_tools.soak judges the mem_free trend per process, after its warm-up,
+"""host_tools.procmesh.soak judges the mem_free trend per process, after its warm-up,
 on the upper envelope of the samples: a leak of 1.2 KB/min is caught, a
 single low sample (a frame alive at the moment of the collect) and a restart
 (a new heap with another baseline) are not taken for one."""
-from host_tools import soak
+from host_tools.procmesh import soak
 
 
 def judged(points, starts=None):

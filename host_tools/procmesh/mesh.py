@@ -27,7 +27,7 @@ import tempfile
 import time
 
 from host_tools.errors import CliError, InputError
-from host_tools.nodeproc import NodeProcess, free_port
+from host_tools.procmesh.nodeproc import NodeProcess, free_port
 from host_tools.sim import topology as T
 from host_tools.sim.keys import policy_in_force, policy_seed
 
@@ -165,7 +165,7 @@ class ProcessMesh(object):
         os.makedirs(os.path.join(self.out_dir, "logs"), exist_ok=True)
         self._tmp = tempfile.TemporaryDirectory(prefix="snakemesh-mesh-")
         if self.mpy:
-            from host_tools.nodeproc import build_mpy
+            from host_tools.procmesh.nodeproc import build_mpy
             self.mpy_dir = build_mpy(os.path.join(self._tmp.name, "mpy"))
         self.t0 = time.time()
         self._tel = open(os.path.join(self.out_dir, "telemetry.jsonl.part"), "w")

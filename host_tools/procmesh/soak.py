@@ -7,7 +7,7 @@ trend is judged per process (a restart is a new heap), after its two-minute
 warm-up, on the upper envelope of the samples (a single low sample is a
 frame in flight, not a leak); a node without such a window is not judged.
 
-    python -m host_tools.soak [--minutes 10] [--heapsize 110K] [--micropython PATH] [--mpy]
+    python -m host_tools.procmesh.soak [--minutes 10] [--heapsize 110K] [--micropython PATH] [--mpy]
                               [--out soak-out]
 
 `make soak` runs it on the 32-bit build with the firmware frozen in
@@ -25,7 +25,7 @@ import time
 
 from host_tools import REPO_ROOT
 from host_tools.errors import CliError
-from host_tools.mesh import ProcessMesh
+from host_tools.procmesh.mesh import ProcessMesh
 
 TOPOLOGY = os.path.join(REPO_ROOT, "host_tools", "topologies", "demo-mixed.txt")
 

@@ -1,0 +1,12 @@
+"""Process mesh: the firmware as MicroPython unix-port (or CPython) processes
+on this host, linked over loopback TCP or the emulated BLE medium
+(host_tools/blemu); the real-code counterpart of the virtual-time simulator
+in host_tools/sim (docs/NODE.md).
+
+Modules: nodeproc (one node process and its console), mesh
+(`ProcessMesh`: many nodes from a topology, for `snakemesh mesh|demo`),
+soak (the long-run heap soak, `make soak`), consoletap (a node's console
+shared between a terminal and clients, for `snakemesh node`), mp32 (the
+32-bit unix-port builds). Imports point one way: soak -> mesh -> nodeproc;
+consoletap and mp32 import none of them."""
+import host_tools  # noqa: F401  (puts firmware/ and lib/ on sys.path)
