@@ -6,6 +6,7 @@ import signal
 import sys
 import time
 
+from host_tools.procmesh.options import heapsize_arg, micropython_arg
 
 
 def register(sub):
@@ -42,25 +43,6 @@ def percent(part, whole):
     if part == whole:
         return "100%"
     return ("%.1f" % min(p, 99.9)).rstrip("0").rstrip(".") + "%"
-
-
-def heapsize_arg(s):
-    """argparse type of --heapsize: bytes, or a number with K or M (as -X heapsize= takes)."""
-    import argparse
-    import re
-    if not re.match(r"^[1-9][0-9]*[KkMm]?$", s or ""):
-        raise argparse.ArgumentTypeError("expected a size like 110K, 2M or 65536, got %r" % s)
-    return s
-
-
-def micropython_arg(path):
-    """The --micropython binary, checked before any node starts (one line)."""
-    from host_tools.errors import InputError
-    if path is None:
-        return None
-    if not os.path.isfile(path) or not os.access(path, os.X_OK):
-        raise InputError("--micropython %s: no such executable (build one with `make mp32`)" % path)
-    return os.path.abspath(path)
 
 
 def say(msg):

@@ -7,6 +7,7 @@ Modules: nodeproc (one node process and its console), mesh
 (`ProcessMesh`: many nodes from a topology, for `snakemesh mesh|demo`),
 soak (the long-run heap soak, `make soak`), consoletap (a node's console
 shared between a terminal and clients, for `snakemesh node`), mp32 (the
-32-bit unix-port builds). Imports point one way: soak -> mesh -> nodeproc;
-consoletap and mp32 import none of them."""
+32-bit unix-port builds), options (the command-line options they share).
+Imports point one way: soak -> mesh -> nodeproc; consoletap, mp32 and
+options import none of them, and nothing here imports the CLI."""
 import host_tools  # noqa: F401  (puts firmware/ and lib/ on sys.path)

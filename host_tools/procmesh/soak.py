@@ -26,6 +26,7 @@ import time
 from host_tools import REPO_ROOT
 from host_tools.errors import CliError
 from host_tools.procmesh.mesh import ProcessMesh
+from host_tools.procmesh.options import heapsize_arg, micropython_arg
 
 TOPOLOGY = os.path.join(REPO_ROOT, "host_tools", "topologies", "demo-mixed.txt")
 
@@ -76,7 +77,6 @@ def slope(points):
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="snakemesh-soak", description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=float(os.environ.get("SOAK_MINUTES", "10")))
-    from host_tools.commands.mesh import heapsize_arg, micropython_arg
     ap.add_argument("--heapsize", "--heap", dest="heap", type=heapsize_arg,
                     default=os.environ.get("SOAK_HEAP", "110K"), metavar="SIZE",
                     help="MicroPython heap per node (default %(default)s)")

@@ -95,3 +95,15 @@ def test_sim_does_not_import_the_process_mesh():
 def test_mesh_parts_import_nothing_above_them(part):
     deps = graph()["host_tools.sim." + part]
     assert not deps & {"host_tools.sim.harness", "host_tools.sim.runner"}, deps
+
+
+def test_sim_and_procmesh_import_no_cli_code():
+    # the CLI (host_tools.cli, host_tools.commands) imports them, not the reverse
+    bad = []
+    for m, path in MODULES.items():
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad += ["%s imports %s" % (m, n) for n in names
+                    if n == "host_tools.cli" or n.startswith("host_tools.commands")]
+    assert not bad, bad
