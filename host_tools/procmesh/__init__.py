@@ -1,7 +1,7 @@
 """Process mesh: the firmware as MicroPython unix-port (or CPython) processes
 on this host, linked over loopback TCP or the emulated BLE medium
 (host_tools/blemu); the real-code counterpart of the virtual-time simulator
-in host_tools/sim (docs/NODE.md).
+in host_tools/sim (docs/guides/NODE.md).
 
 Modules: nodeproc (one node process and its console), mesh
 (`ProcessMesh`: many nodes from a topology, for `snakemesh mesh|demo`),
