@@ -245,9 +245,9 @@ async def run_relay(NodeProcess, warm, window, profile):
 def node_process():
     """host_tools' NodeProcess (a firmware node on the unix port), or NotAvailable."""
     try:
-        from host_tools.nodeproc import NodeProcess
+        from host_tools.procmesh.nodeproc import NodeProcess
     except ImportError as e:
-        raise NotAvailable("node runtime missing (host_tools.nodeproc: %s)" % e)
+        raise NotAvailable("node runtime missing (host_tools.procmesh.nodeproc: %s)" % e)
     if micropython() is None:
         raise NotAvailable("micropython (unix port) not found; run `make setup`")
     return NodeProcess
