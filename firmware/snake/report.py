@@ -11,7 +11,7 @@
 # node runs (docs/reports/MEMORY.md).
 from snake import platform
 from snake.platform import ticks_diff
-from snake.telemetry import LINK_NAMES, BYTES_CARRY, D_ROUTE_TABLE_FULL, D_TOO_DEEP
+from snake.telemetry import LINK_NAMES, BYTES_CARRY, D_ROUTE_TABLE_FULL, D_TOO_DEEP, D_WAKEUP_BUDGET
 from snake.wire import TYPE_NAMES
 
 # Drop reasons: index -> name, the telemetry.D_* numbering (tests check
@@ -38,7 +38,12 @@ DROP_NAMES = (
     "no_buffer",         # no frame buffer free
     "too_deep",          # announcement deeper than the profile's max_hops
     "no_memory",         # MemoryError while handling the frame
+    "wakeup_budget",     # wakeup not verified: over the port's or node's budget, or could change nothing
 )
+
+# Node.defence, index -> name (node.py DF_*): each defence against a hostile
+# peer, counted when it acts (node.py "Receiving", "Admission")
+DEFENCE_NAMES = ("hs_source_limit", "hs_evicted", "hs_deadline", "hs_backoff", "rx_stall", "rx_slow")
 
 
 # probe.Prober.stats, index -> name (probe.py _P_*)
@@ -80,7 +85,20 @@ def counters(c):
         "delivered": c.delivered,
         "forwarded": c.forwarded,
         "originated": c.originated,
+        "relay_shed": c.relay_shed,
     }
+
+
+def defence(node):
+    """The node's defence counters by name, with the router's wakeup
+    budget and relay shedding (console `stats`, telemetry `counters`)."""
+    d = {}
+    for i in range(len(DEFENCE_NAMES)):
+        d[DEFENCE_NAMES[i]] = node.defence[i]
+    c = node.router.counters
+    d["wakeup_budget"] = c.drops[D_WAKEUP_BUDGET]
+    d["relay_shed"] = c.relay_shed
+    return d
 
 
 # the router's state as values (tests, the simulator, bench): these were

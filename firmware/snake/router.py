@@ -18,7 +18,7 @@ from snake.snek import Snake, FULL_KEY, BOOTSTRAP_SOON_MS, MAINTAIN_INTERVAL_MS,
 from snake.telemetry import (Counters, LINK_NAMES, BYTES_CARRY, D_MALFORMED, D_OVERSIZE,
                              D_UNKNOWN_PORT, D_UNKNOWN_TYPE, D_HOP_LIMIT, D_LOOP, D_WATERMARK, D_NO_ROUTE,
                              D_QUEUE_FULL, D_BAD_SIGNATURE, D_WAKEUP_ROOT, D_WAKEUP_DUP,
-                             D_WAKEUP_HOP_LIMIT, D_SANITY, D_TOO_DEEP, D_NO_MEMORY)
+                             D_WAKEUP_HOP_LIMIT, D_SANITY, D_TOO_DEEP, D_NO_MEMORY, D_WAKEUP_BUDGET)
 
 VERSION = "0.1.0"
 
@@ -47,6 +47,13 @@ BOOTSTRAP_EVERY_MS = 5000
 WAKEUP_SETTLE_MS = 1000
 WAKEUP_HOP_LIMIT = 3
 WAKEUP_KNOWN_MS = 90000     # a wakeup from an origin heard within this is no news by itself
+# Budgets for the wakeups we verify and relay (Router._wakeup_budget): a
+# token bucket per port (its index) and one node-wide (index 0): a burst,
+# then one every so many ms.
+_WK_PORT_BURST = const(4)
+_WK_PORT_MS = const(500)
+_WK_NODE_BURST = const(8)
+_WK_NODE_MS = const(250)
 
 # longest control frame the router builds itself: a bootstrap with every
 # varu64 at 10 bytes (header 12, two keys, watermark sequence, sequence,
@@ -95,6 +102,13 @@ class Router:
         self.wf_seq_lo = array("i", [0] * profile.wakeup_filter)
         self.wf_time = array("i", [0] * profile.wakeup_filter)
         self.wk_seq = 0
+        # wakeup budgets (token buckets, index 0 node-wide) and the
+        # runtime's tx_idle(port): True when a frame for the port would go
+        # out now, with nothing queued before it (None: always)
+        self.wk_tokens = bytearray([_WK_PORT_BURST] * P)
+        self.wk_tokens[0] = _WK_NODE_BURST
+        self.wk_refill = array("i", [now] * P)
+        self.tx_idle = None
         self.f = wire.Frame(H)
         # Our own control frames are built in self.buf: keepalives,
         # bootstraps, wakeups (at most CTL_MAX bytes). Our tree announcement
@@ -655,6 +669,14 @@ class Router:
                           or ticks_diff(now, self.wf_time[slot]) < _WAKEUP_MIN_GAP_MS):
             c.drops[D_WAKEUP_DUP] += 1
             return
+        # Wakeups are advisory: a signature check is spent only on one that
+        # can change something (an early bootstrap not already due, or a
+        # relay a link takes now) and within the port's and the node's
+        # budget; a storm from fresh keys costs a few checks a second
+        if (not self._wakeup_useful(port) or not self._wakeup_budget(port, _WK_PORT_BURST, _WK_PORT_MS, now)
+                or not self._wakeup_budget(0, _WK_NODE_BURST, _WK_NODE_MS, now)):
+            c.drops[D_WAKEUP_BUDGET] += 1
+            return
         so = f.src_off
         sg = f.sig_off
         if not self.verify(bytes(buf[so:so + 32]), bytes(buf[f.signed_off:f.signed_off + f.signed_len]),
@@ -677,11 +699,48 @@ class Router:
             c.drops[D_WAKEUP_HOP_LIMIT] += 1
             return
         wire.set_hop_limit(buf, f.hop_limit - 1)
+        # relayed only to a link with nothing queued: never ahead of traffic
+        idle = self.tx_idle
         p = 1
         while p < len(self.up):
             if self.up[p] and p != port:
-                self._tx(p, buf, n)
+                if idle is None or idle(p):
+                    self._tx(p, buf, n)
+                else:
+                    c.relay_shed += 1
             p += 1
+
+    def _wakeup_useful(self, port):
+        """Could an accepted wakeup change anything now: an early bootstrap
+        not already due, or a relay that a link would take now?"""
+        if not self.bootstrap_soon:
+            return True
+        idle = self.tx_idle
+        p = 1
+        while p < len(self.up):
+            if self.up[p] and p != port and (idle is None or idle(p)):
+                return True
+            p += 1
+        return False
+
+    def _wakeup_budget(self, i, burst, every, now):
+        """Take one wakeup from token bucket i (0: the node's, else a
+        port's; `burst` tokens, one back every `every` ms): False when empty."""
+        t = self.wk_tokens[i]
+        d = ticks_diff(now, self.wk_refill[i])
+        if d >= every:
+            t += d // every
+            if t >= burst:
+                t = burst
+                self.wk_refill[i] = now
+            else:
+                self.wk_refill[i] += (d // every) * every
+        elif d < 0:
+            self.wk_refill[i] = now
+        if t == 0:
+            return False
+        self.wk_tokens[i] = t - 1
+        return True
 
     def _wf_older(self, slot, seq):
         """The wakeup filter's sequence for slot is below seq."""

@@ -40,7 +40,8 @@ D_SANITY = const(17)
 D_NO_BUFFER = const(18)
 D_TOO_DEEP = const(19)
 D_NO_MEMORY = const(20)
-N_DROPS = const(21)
+D_WAKEUP_BUDGET = const(21)
+N_DROPS = const(22)
 
 
 class Counters:
@@ -61,6 +62,7 @@ class Counters:
         self.delivered = 0        # traffic frames delivered locally
         self.forwarded = 0        # traffic frames relayed
         self.originated = 0       # traffic frames we sent
+        self.relay_shed = 0       # wakeup relays not sent: the link had frames queued
 
     def as_dict(self):
         # the record (names, not indices): snake/report.py, cold code

@@ -3,6 +3,7 @@ send queues and back-pressure, BLE queues smaller than Wi-Fi, the writer
 never overwrites a slot on its way out, link up/down reported to the core,
 the duplicate-link rule, read-buffer limits, and config parsing."""
 import asyncio
+import time
 
 import pytest
 
@@ -495,6 +496,154 @@ def test_receive_pool_shared_and_slow_link_closed(monkeypatch):
         await asyncio.wait_for(tb, 3)
         node.ticker.cancel()
     asyncio.run(go())
+
+
+class CancelLink(MemLink):
+    """A MemLink whose recv_into keeps the Link contract for cancellation:
+    a cancelled read consumes nothing and raises (unless the link closed)."""
+
+    async def recv_into(self, mv):
+        if self.closed:
+            return 0
+        get = asyncio.ensure_future(self.inq.get())
+        try:
+            data = await get
+        except asyncio.CancelledError:
+            get.cancel()
+            if self.closed:
+                return 0
+            raise
+        if not data:
+            return 0
+        n = min(len(mv), len(data))
+        mv[0:n] = data[:n]
+        if n < len(data):
+            items = [data[n:]]
+            while not self.inq.empty():
+                items.append(self.inq.get_nowait())
+            for it in items:
+                self.inq.put_nowait(it)
+        return n
+
+
+def test_trickling_link_gives_its_buffer_back_then_is_closed():
+    async def go():
+        node = make_node(rx_buffers=1, rx_small=0)
+        node.ticker = asyncio.ensure_future(node._tick())
+        r = node.router
+        a, b = CancelLink(), CancelLink()
+        hs_a, _ = handshake_of(bytes([0x7b]) * 32)
+        hs_b, _ = handshake_of(bytes([0x7c]) * 32)
+        a.feed(hs_a)
+        b.feed(hs_b)
+        ta = asyncio.ensure_future(stream.run(node, a))
+        tb = asyncio.ensure_future(stream.run(node, b))
+        await _settle(lambda: len(report.peers(r)) == 2)
+        # a starts a 20-byte frame and stops: it holds the only buffer
+        ka = keepalive()
+        a.feed(ka[:8] + bytes([0, 20]) + b"\x00\x00")
+        await _settle(lambda: node.rxpool.free() == 0)
+        rx0 = r.counters.rx[wire.T_KEEPALIVE]
+        t0 = time.monotonic()
+        b.feed(keepalive())
+        # b waits: a's stall deadline (300 ms + 1 ms a byte) takes the buffer
+        # back; b's frame goes through, a stays up
+        await _settle(lambda: r.counters.rx[wire.T_KEEPALIVE] == rx0 + 1, timeout=3)
+        took = time.monotonic() - t0
+        assert 0.25 <= took <= 1.5, took
+        assert node.defence[nodemod.DF_RX_STALL] == 1 and not a.closed
+        assert node.stats.get("slow", 0) == 0
+        # a's stalled frame is read past without a buffer: its next frame
+        # is in sync and delivered
+        a.feed(b"\x00" * 8 + keepalive())
+        await _settle(lambda: r.counters.rx[wire.T_KEEPALIVE] == rx0 + 2)
+        assert node.rxpool.free() == 1 and not a.closed
+        # a second stall within the window closes a (and backs off its source)
+        a.feed(ka[:8] + bytes([0, 30]))
+        await _settle(lambda: node.rxpool.free() == 0)
+        b.feed(keepalive())
+        await _settle(lambda: a.closed, timeout=3)
+        await _settle(lambda: r.counters.rx[wire.T_KEEPALIVE] == rx0 + 3)
+        assert node.defence[nodemod.DF_RX_STALL] == 2 and node.defence[nodemod.DF_RX_SLOW] == 1
+        assert node.stats["slow"] == 1 and not b.closed
+        await asyncio.wait_for(ta, 3)
+        await _settle(lambda: node.rxpool.free() == 1 and node.rx_wait == 0)
+        b.close()
+        await asyncio.wait_for(tb, 3)
+        node.ticker.cancel()
+    asyncio.run(go())
+
+
+class SrcLink(MemLink):
+    def __init__(self, src):
+        MemLink.__init__(self)
+        self.src = src
+
+    def source(self):
+        return self.src
+
+
+def test_admission_per_source_limit_eviction_and_backoff():
+    async def go():
+        node = make_node(max_peers=2)          # 4 links at once
+        # one source: two pending handshakes; a third within _HS_STALL_MS is refused
+        ev = [SrcLink("10.0.0.9") for _ in range(3)]
+        tasks = [asyncio.ensure_future(stream.run(node, lk)) for lk in ev]
+        await asyncio.sleep(0.05)
+        assert node.hs_n == 2 and ev[2].closed
+        assert node.defence[nodemod.DF_HS_SOURCE] == 1 and node.hs_fail.get("source_limit") == 1
+        # other sources fill the remaining slots
+        others = [SrcLink("10.0.0.%d" % i) for i in (1, 2)]
+        tasks += [asyncio.ensure_future(stream.run(node, lk)) for lk in others]
+        await asyncio.sleep(0.05)
+        assert node.rx_out == 4
+        # all slots pending: a newcomer is refused while they are fresh ...
+        late = SrcLink("10.0.0.3")
+        tasks.append(asyncio.ensure_future(stream.run(node, late)))
+        await asyncio.sleep(0.05)
+        assert late.closed and node.hs_fail.get("busy") == 1
+        # ... and evicts the oldest once it has stalled; an honest handshake gets in
+        node.hs_t = [t - 1500 for t in node.hs_t]
+        hs, _ = handshake_of(bytes([0x7d]) * 32)
+        honest = SrcLink("10.0.0.4")
+        honest.feed(hs)
+        tasks.append(asyncio.ensure_future(stream.run(node, honest)))
+        await _settle(lambda: len(report.peers(node.router)) == 1)
+        assert node.defence[nodemod.DF_HS_EVICTED] == 1 and ev[0].closed
+        assert node.hs_fail.get("evicted") == 1
+        assert node.rx_out == 4
+        # a backed-off source is refused
+        node.back_off("10.0.0.7", time_ms())
+        bo = SrcLink("10.0.0.7")
+        tasks.append(asyncio.ensure_future(stream.run(node, bo)))
+        await asyncio.sleep(0.05)
+        assert bo.closed and node.defence[nodemod.DF_HS_BACKOFF] == 1
+        for lk in ev + others + [late, honest, bo]:
+            lk.close()
+        await asyncio.wait_for(asyncio.gather(*tasks), 3)
+        assert node.rx_out == 0 and node.hs_n == 0
+    asyncio.run(go())
+
+
+def test_pending_handshakes_get_the_short_deadline_under_pressure():
+    async def go():
+        node = make_node(max_peers=2)
+        links = [SrcLink("10.0.1.%d" % i) for i in range(2)]
+        tasks = [asyncio.ensure_future(stream.run(node, lk)) for lk in links]
+        await asyncio.sleep(0.05)
+        assert node.hs_n == 2          # half of the 4 slots: pressure
+        node.hs_t = [t - nodemod._HS_BUSY_MS - 100 for t in node.hs_t]
+        node._slow(time_ms())
+        await asyncio.wait_for(asyncio.gather(*tasks), 3)
+        assert all(lk.closed for lk in links)
+        assert node.defence[nodemod.DF_HS_DEADLINE] == 2 and node.defence[nodemod.DF_HS_EVICTED] == 0
+        assert node.rx_out == 0 and node.hs_n == 0
+    asyncio.run(go())
+
+
+def time_ms():
+    from snake.platform import ticks_ms
+    return ticks_ms()
 
 
 def test_config_from_argv():

@@ -257,6 +257,7 @@ def counters_fields(c):
     d["occupancy"] = report.occupancy(r)
     d["capacity"] = report.capacity(r)
     d["mem_free"] = c.heap[1] if c.heap is not None else None
+    d["defence"] = report.defence(c.node)
     return d
 
 

@@ -17,10 +17,26 @@
 # fits the length, reads the rest behind the header, hands the frame to the
 # router and gives the buffer back. A link holds a buffer only while one
 # frame's bytes arrive (they normally come with the header); when none is
-# free it waits for one; one that keeps a buffer longer than RX_HOLD_MS is
-# closed ("slow"), so a peer trickling a frame cannot starve the others.
-# At most max_peers + 2 links at once (links still in their handshake
-# count); a further link is refused ("busy").
+# free it waits for one, in turn: a link that finds others waiting queues
+# behind them. A peer trickling a frame must not hold a buffer others
+# need: while a link waits, a holder that has not delivered its frame
+# within _RX_STALL_MS (plus a millisecond per byte) gives the buffer back
+# (Node._slow: its partial frame is dropped, counted as rx_stall, and the
+# rest of that frame is read past without a buffer); a holder with no one
+# waiting may keep it up to RX_HOLD_MS. A link that stalls _RX_STRIKES
+# times within _RX_STRIKE_WINDOW_MS, or holds a buffer past RX_HOLD_MS, is
+# closed ("slow") and its source address backed off.
+#
+# Admission (Node.admit, Node._slow): at most max_peers + 2 links at once
+# (links still in their handshake count). A handshake is "pending" until
+# the peer's 104 bytes are in. One source address holds at most
+# _HS_PER_SOURCE pending handshakes; when every slot is taken, a newcomer
+# evicts the oldest pending handshake that has stalled (_HS_STALL_MS); with
+# half the slots pending, a handshake gets _HS_BUSY_MS instead of the full
+# deadline; a source backed off (above) is refused for _BACKOFF_MS. So one
+# source that reopens every closed socket holds two slots, not all, and an
+# honest peer's handshake (milliseconds) always finds one. Each refusal,
+# eviction and deadline is counted (Node.defence, `stats` "defence").
 #
 # Buffers of the large size (profile.large) take any frame: the larger of
 # frame_max and ann_max (the deepest announcement stored). The router
@@ -72,6 +88,22 @@ LINK_BLE = 4
 HANDSHAKE_TIMEOUT_MS = 10000
 _EXTRA_HANDSHAKES = const(2)
 RX_HOLD_MS = 5000        # a link holding a receive buffer this long is closed ("slow")
+_RX_STALL_MS = const(300)       # ... gives it back this soon (plus 1 ms per byte) while a link waits
+_RX_STRIKES = const(2)          # stalls within _RX_STRIKE_WINDOW_MS that close the link
+_RX_STRIKE_WINDOW_MS = const(30000)
+_HS_PER_SOURCE = const(2)       # pending handshakes one source address may hold
+_HS_STALL_MS = const(1000)      # a pending handshake this old may be evicted for a newcomer
+_HS_BUSY_MS = const(2000)       # handshake deadline while half the slots are pending
+_BACKOFF_MS = const(30000)      # a source whose link was closed as slow is refused this long
+_BACKOFF_N = const(4)           # sources remembered for that
+# defence counters (Node.defence; names: snake/report.py DEFENCE_NAMES)
+DF_HS_SOURCE = const(0)         # handshake refused: its source holds _HS_PER_SOURCE
+DF_HS_EVICTED = const(1)        # stalled pending handshake evicted for a newcomer
+DF_HS_DEADLINE = const(2)       # pending handshake closed at _HS_BUSY_MS
+DF_HS_BACKOFF = const(3)        # connection refused from a backed-off source
+DF_RX_STALL = const(4)          # partial frame dropped, its buffer given back
+DF_RX_SLOW = const(5)           # link closed for holding buffers (source backed off)
+N_DEFENCE = const(6)
 _FLUSH_MS = const(10)            # the flusher looks again this soon while a link is full
 
 
@@ -328,6 +360,7 @@ class Node:
         r.deliver = self._deliver
         r.expired = self._expired
         r.on_event = self._event
+        r.tx_idle = self._tx_idle
         self.links = [None] * P
         # rx_buffers 0: the receive pool has no large buffer of its own, it
         # takes the transmit pool's ("One large buffer" above)
@@ -335,9 +368,23 @@ class Node:
                               None if profile.rx_buffers else self.txpool)
         self._mark("rx_pool")
         self.rx_since = [0] * P  # ticks a port took an rx buffer (0: none held)
+        self.rx_len = array("H", bytearray(2 * P))  # length of the frame it holds one for
+        self.rx_drop = bytearray(P)      # 1: the port's buffer was taken back (stream.run)
+        self.rx_strikes = bytearray(P)
+        self.rx_strike_t = [0] * P
+        self.rx_wait = 0         # links waiting for a receive buffer
         self.tasks = [None] * P
         self.rx_out = 0          # links being served (stream.run), handshakes included
-        self.rx_max = profile.max_peers + _EXTRA_HANDSHAKES
+        R = self.rx_max = profile.max_peers + _EXTRA_HANDSHAKES
+        # pending handshakes (Node.admit): link, start ticks, source address
+        self.hs_link = [None] * R
+        self.hs_t = [0] * R
+        self.hs_src = [None] * R
+        self.hs_n = 0
+        # backed-off sources and until when
+        self.bo_src = [None] * _BACKOFF_N
+        self.bo_until = [0] * _BACKOFF_N
+        self.defence = [0] * N_DEFENCE
         self.hop_limit = getattr(profile, "traffic_hop_limit", wire.HOP_LIMIT_TRAFFIC)
         hs_ms = getattr(config, "hs_timeout_ms", None) if config is not None else None
         self.hs_timeout_ms = hs_ms or HANDSHAKE_TIMEOUT_MS
@@ -392,6 +439,124 @@ class Node:
 
     def uptime_s(self):
         return ticks_diff(ticks_ms(), self.started) // 1000
+
+    # ---- admission (called by stream.run) -----------------------------
+    def admit(self, link):
+        """A new link may start its handshake: registered as pending (True)
+        or refused (False, counted). Admission above."""
+        src = link.source() if hasattr(link, "source") else None
+        now = ticks_ms()
+        if src is not None:
+            i = 0
+            while i < _BACKOFF_N:
+                if self.bo_src[i] == src:
+                    if ticks_diff(self.bo_until[i], now) > 0:
+                        self.defence[DF_HS_BACKOFF] += 1
+                        self.hs_failed("backoff", link)
+                        return False
+                    self.bo_src[i] = None
+                i += 1
+            # the source's pending handshakes: too many evict its own oldest
+            # stalled one, or refuse the newcomer
+            n = 0
+            old = -1
+            i = 0
+            while i < len(self.hs_link):
+                if self.hs_link[i] is not None and self.hs_src[i] == src:
+                    n += 1
+                    if old < 0 or ticks_diff(self.hs_t[old], self.hs_t[i]) > 0:
+                        old = i
+                i += 1
+            if n >= _HS_PER_SOURCE:
+                if ticks_diff(now, self.hs_t[old]) < _HS_STALL_MS:
+                    self.defence[DF_HS_SOURCE] += 1
+                    self.hs_failed("source_limit", link)
+                    return False
+                self._evict(old)
+        if self.rx_out >= self.rx_max:
+            old = self._oldest_pending()
+            if old < 0 or ticks_diff(now, self.hs_t[old]) < _HS_STALL_MS:
+                self.hs_failed("busy", link)
+                return False
+            self._evict(old)
+        i = 0
+        while self.hs_link[i] is not None:
+            i += 1
+        self.hs_link[i] = link
+        self.hs_t[i] = now
+        self.hs_src[i] = src
+        self.hs_n += 1
+        return True
+
+    def hs_done(self, link):
+        """The link's handshake read is over (done, failed or evicted)."""
+        i = 0
+        while i < len(self.hs_link):
+            if self.hs_link[i] is link:
+                self.hs_link[i] = None
+                self.hs_src[i] = None
+                self.hs_n -= 1
+                return
+            i += 1
+
+    def _oldest_pending(self):
+        old = -1
+        i = 0
+        while i < len(self.hs_link):
+            if self.hs_link[i] is not None and (old < 0 or ticks_diff(self.hs_t[old], self.hs_t[i]) > 0):
+                old = i
+            i += 1
+        return old
+
+    def _evict(self, i):
+        # close a pending handshake: its reader sees EOF and ends (and
+        # gives its slot back); the slot is free for the newcomer at once
+        link = self.hs_link[i]
+        self.hs_link[i] = None
+        self.hs_src[i] = None
+        self.hs_n -= 1
+        self.rx_out -= 1        # stream.run does not count the evicted link down again
+        link.evicted = True
+        self.defence[DF_HS_EVICTED] += 1
+        link.close()
+
+    def back_off(self, src, now):
+        """Refuse new links from src for _BACKOFF_MS (the oldest entry goes)."""
+        if src is None:
+            return
+        j = 0
+        i = 0
+        while i < _BACKOFF_N:
+            if self.bo_src[i] is None or self.bo_src[i] == src:
+                j = i
+                break
+            if ticks_diff(self.bo_until[j], self.bo_until[i]) > 0:
+                j = i
+            i += 1
+        self.bo_src[j] = src
+        self.bo_until[j] = now + _BACKOFF_MS
+
+    def rx_stalled(self, port, link):
+        """A link's partial frame was dropped (its buffer taken back): a
+        strike; too many close the link and back its source off."""
+        now = ticks_ms()
+        self.defence[DF_RX_STALL] += 1
+        if ticks_diff(now, self.rx_strike_t[port]) > _RX_STRIKE_WINDOW_MS:
+            self.rx_strikes[port] = 0
+        self.rx_strike_t[port] = now
+        self.rx_strikes[port] += 1
+        if self.rx_strikes[port] >= _RX_STRIKES:
+            self._close_slow(port, now)
+
+    def _close_slow(self, port, now):
+        link = self.links[port]
+        if link is None:
+            return
+        self.stat("slow")
+        self.defence[DF_RX_SLOW] += 1
+        self.back_off(link.source() if hasattr(link, "source") else None, now)
+        self._disconnect(port, "slow")
+        self.router.port_down(port, now)
 
     # ---- links (called by stream.run) --------------------------------
     def find_link(self, key, link_type):
@@ -506,6 +671,11 @@ class Node:
                 return False     # the link failed (closed; the reader ends it)
         return sq.put(port, buf, n, k)
 
+    def _tx_idle(self, port):
+        """Nothing queued for the port: a frame would go out now (router:
+        wakeup relays, which are never queued behind or ahead of traffic)."""
+        return self.sq.count[port] == 0 and self.links[port] is not None
+
     def _tx_owned(self, port, j, n):
         """Send txpool buffer j (n bytes, built there by the router: our
         announcement, traffic we originate); on success it belongs to the
@@ -595,19 +765,36 @@ class Node:
             await stream.sleep_ms(_TICK_MS)
 
     def _slow(self, now):
-        # a link that holds a receive buffer too long (a frame trickling in)
-        # is closed: the pool's buffers are shared by every link
+        # receive buffers: while a link waits for one, a holder past its
+        # stall deadline gives its buffer back (its reader is cancelled
+        # with rx_drop set: stream.run drops the partial frame and reads
+        # past the rest); past RX_HOLD_MS a holder is closed. Receiving
+        # above.
         since = self.rx_since
         p = 1
         while p < len(since):
             t = since[p]
-            if t and ticks_diff(now, t) > RX_HOLD_MS and self.links[p] is not None:
-                since[p] = 0
-                self.stat("slow")
-                self._disconnect(p, "slow")
-                r = self.router
-                r.port_down(p, now)
+            if t and self.links[p] is not None:
+                d = ticks_diff(now, t)
+                if d > RX_HOLD_MS:
+                    since[p] = 0
+                    self._close_slow(p, now)
+                elif self.rx_wait and d > _RX_STALL_MS + self.rx_len[p] and not self.rx_drop[p]:
+                    task = self.tasks[p]
+                    if task is not None:
+                        self.rx_drop[p] = 1
+                        task.cancel()
             p += 1
+        # pending handshakes: with half the slots pending, the short deadline
+        if self.hs_n * 2 >= len(self.hs_link):
+            i = 0
+            while i < len(self.hs_link):
+                lk = self.hs_link[i]
+                if lk is not None and ticks_diff(now, self.hs_t[i]) > _HS_BUSY_MS:
+                    self.defence[DF_HS_DEADLINE] += 1
+                    self._evict(i)
+                    self.defence[DF_HS_EVICTED] -= 1
+                i += 1
 
     async def _flush(self):
         # the one writer of every port: hands queued frames to their links

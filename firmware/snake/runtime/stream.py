@@ -100,7 +100,10 @@ async def handshake(node, link, buf):
     except MemoryError:
         node.oom()
         err = "no_memory"
+    node.hs_done(link)
     if err is not None:
+        if getattr(link, "evicted", False):
+            err = "evicted"     # Node.admit / Node._slow closed it
         if err == "send" and getattr(link, "outbound", False) and link.link_type != 4:
             # our first write on a TCP link we dialled failed: the connection
             # never came up (a refused connect on a board): a failed dial
@@ -155,13 +158,13 @@ def _receive(node, port, buf, n, j):
 
 async def run(node, link):
     """Serve one link until it closes. Returns the close reason (str)."""
-    if node.rx_out >= node.rx_max:
-        node.hs_failed("busy", link)
+    if not node.admit(link):           # counted (node.py "Admission")
         link.close()
         return "busy"
     try:
         hb = bytearray(wire.HANDSHAKE_LEN)     # handshake, then frame headers
     except MemoryError:
+        node.hs_done(link)
         node.oom()
         node.hs_failed("no_memory", link)
         link.close()
@@ -212,31 +215,60 @@ async def run(node, link):
             if n > node.profile.frame_max and (hb[5] != 1 or n > node.profile.ann_max):
                 j = -1
             else:
-                j = pool.take(n)
-                while j < 0:
-                    # a large frame may take back the large buffer from a frame
-                    # queued to send (node.reclaim); else wait for one
-                    if n <= pool.small_size or not node.reclaim():
-                        await pool.wait()
-                        if node.links[port] is not link:
-                            return "closed by router"
+                # links that wait for a buffer go first (node.py "Receiving")
+                if node.rx_wait == 0 or pool.free() > node.rx_wait:
                     j = pool.take(n)
+                if j < 0:
+                    j = -2      # waiting (counted in node.rx_wait)
+                    node.rx_wait += 1
+                    while j < 0:
+                        # a large frame may take back the large buffer from a
+                        # frame queued to send (node.reclaim); else wait for one
+                        if n <= pool.small_size or not node.reclaim():
+                            await pool.wait()
+                            if node.links[port] is not link:
+                                return "closed by router"
+                        g = pool.take(n)
+                        if g >= 0:
+                            node.rx_wait -= 1
+                            j = g
             if j < 0:
                 node.router.counters.drops[D_OVERSIZE] += 1
                 if not await _skip(link, memoryview(hb), n - _HL):
                     break
                 continue
             node.rx_since[port] = ticks_ms() | 1
+            node.rx_len[port] = n
             buf = pool.bufs[j]
             k = 0
             while k < _HL:
                 buf[k] = hb[k]
                 k += 1
-            while k < n:
-                g = await link.recv_into(pool.mvs[j][k:n])
-                if g <= 0:
-                    return "eof"
-                k += g
+            try:
+                while k < n:
+                    g = await link.recv_into(pool.mvs[j][k:n])
+                    if g <= 0:
+                        return "eof"
+                    k += g
+            except asyncio.CancelledError:
+                if not node.rx_drop[port]:
+                    raise
+                # Node._slow took the buffer back (a link waits for it): the
+                # partial frame is dropped and the rest read past without one
+                node.rx_drop[port] = 0
+                node.rx_since[port] = 0
+                g = j
+                j = -1
+                pool.give(g)
+                if g >= pool.nsmall:
+                    node.owed()
+                node.rx_stalled(port, link)
+                if node.links[port] is not link:
+                    reason = "slow"
+                    break
+                if not await _skip(link, memoryview(hb), n - k):
+                    break
+                continue
             node.rx_since[port] = 0
             g = j
             j = -1          # _receive gives the buffer back, whatever happens
@@ -252,9 +284,15 @@ async def run(node, link):
     finally:
         if j >= 0:
             pool.give(j)
+        elif j == -2:
+            node.rx_wait -= 1
+        node.hs_done(link)
         if port:
             node.rx_since[port] = 0
+            node.rx_drop[port] = 0
+            node.rx_strikes[port] = 0
             node.link_down(port, link, reason)
         link.close()
-        node.rx_out -= 1
+        if not getattr(link, "evicted", False):
+            node.rx_out -= 1      # an evicted link was counted out by Node._evict
     return reason
