@@ -597,20 +597,27 @@ def test_admission_per_source_limit_eviction_and_backoff():
         tasks += [asyncio.ensure_future(stream.run(node, lk)) for lk in others]
         await asyncio.sleep(0.05)
         assert node.rx_out == 4
-        # all slots pending: a newcomer is refused while they are fresh ...
+        # all slots pending: a newcomer from another source takes the slot
+        # of the oldest handshake of the source holding the most (two)
         late = SrcLink("10.0.0.3")
         tasks.append(asyncio.ensure_future(stream.run(node, late)))
         await asyncio.sleep(0.05)
-        assert late.closed and node.hs_fail.get("busy") == 1
-        # ... and evicts the oldest once it has stalled; an honest handshake gets in
+        assert not late.closed and ev[0].closed and not ev[1].closed
+        assert node.defence[nodemod.DF_HS_EVICTED] == 1 and node.hs_fail.get("evicted") == 1
+        # every source holds one, all fresh: the next newcomer is refused ...
+        busy = SrcLink("10.0.0.5")
+        tasks.append(asyncio.ensure_future(stream.run(node, busy)))
+        await asyncio.sleep(0.05)
+        assert busy.closed and node.hs_fail.get("busy") == 1
+        # ... until the oldest has stalled: then it goes, and an honest
+        # handshake gets in
         node.hs_t = [t - 1500 for t in node.hs_t]
         hs, _ = handshake_of(bytes([0x7d]) * 32)
         honest = SrcLink("10.0.0.4")
         honest.feed(hs)
         tasks.append(asyncio.ensure_future(stream.run(node, honest)))
         await _settle(lambda: len(report.peers(node.router)) == 1)
-        assert node.defence[nodemod.DF_HS_EVICTED] == 1 and ev[0].closed
-        assert node.hs_fail.get("evicted") == 1
+        assert node.defence[nodemod.DF_HS_EVICTED] == 2 and ev[1].closed
         assert node.rx_out == 4
         # a backed-off source is refused
         node.back_off("10.0.0.7", time_ms())
@@ -618,7 +625,7 @@ def test_admission_per_source_limit_eviction_and_backoff():
         tasks.append(asyncio.ensure_future(stream.run(node, bo)))
         await asyncio.sleep(0.05)
         assert bo.closed and node.defence[nodemod.DF_HS_BACKOFF] == 1
-        for lk in ev + others + [late, honest, bo]:
+        for lk in ev + others + [late, busy, honest, bo]:
             lk.close()
         await asyncio.wait_for(asyncio.gather(*tasks), 3)
         assert node.rx_out == 0 and node.hs_n == 0

@@ -233,8 +233,14 @@ async def join_ap(node, cfg):
 async def _listen(w, host, port, link_type):
     # a TCP listener for links of link_type; returns its port
     cb = w.acceptor(link_type)
+    # a listen queue longer than the connections a hostile peer keeps
+    # reopening (node.py "Admission"): with a queue of 5, refused sockets
+    # that reconnect at once keep it full, and an honest peer's connection
+    # waits for the kernel's SYN retries (1, 3, 7 ... s) instead of its turn.
+    # The queue is the IP stack's memory, not the MicroPython heap
+    bl = 4 * w.node.rx_max
     if port:
-        w.servers.append(await asyncio.start_server(cb, host, port))
+        w.servers.append(await asyncio.start_server(cb, host, port, backlog=bl))
         return port
     # a free port: MicroPython sockets have no getsockname(), so pick
     # random ports until one binds
@@ -243,7 +249,7 @@ async def _listen(w, host, port, link_type):
     while i < _RANDOM_PORT_TRIES:
         p = 20000 + (int.from_bytes(platform.urandom(2), "big") % 40000)
         try:
-            w.servers.append(await asyncio.start_server(cb, host, p))
+            w.servers.append(await asyncio.start_server(cb, host, p, backlog=bl))
             return p
         except OSError as e:
             err = e

@@ -374,16 +374,20 @@ class Node:
         self.rx_strike_t = [0] * P
         self.rx_wait = 0         # links waiting for a receive buffer
         self.tasks = [None] * P
-        self.rx_out = 0          # links being served (stream.run), handshakes included
+        self.rx_out = 0          # links admitted and not ended (stream.run), handshakes included
         R = self.rx_max = profile.max_peers + _EXTRA_HANDSHAKES
         # pending handshakes (Node.admit): link, start ticks, source address
         self.hs_link = [None] * R
         self.hs_t = [0] * R
         self.hs_src = [None] * R
         self.hs_n = 0
-        # backed-off sources and until when
+        # sources with receive stalls: strikes, when the last one was, and
+        # until when the source is backed off (0: not backed off). Strikes
+        # go by source, so a link that reconnects keeps them
         self.bo_src = [None] * _BACKOFF_N
         self.bo_until = [0] * _BACKOFF_N
+        self.bo_strikes = bytearray(_BACKOFF_N)
+        self.bo_t = [0] * _BACKOFF_N
         self.defence = [0] * N_DEFENCE
         self.hop_limit = getattr(profile, "traffic_hop_limit", wire.HOP_LIMIT_TRAFFIC)
         hs_ms = getattr(config, "hs_timeout_ms", None) if config is not None else None
@@ -428,8 +432,11 @@ class Node:
         self.stats[name] = self.stats.get(name, 0) + n
 
     def hs_failed(self, reason, link):
+        """A handshake failed or a link was refused (link None: counted, not
+        logged: refusals come as fast as a hostile peer reconnects)."""
         self.hs_fail[reason] = self.hs_fail.get(reason, 0) + 1
-        self.log("handshake failed (%s) on %s" % (reason, link.name))
+        if link is not None:
+            self.log("handshake failed (%s) on %s" % (reason, link.name))
 
     def verify(self, pub, msg, sig):
         return crypto.verify(pub, msg, sig)
@@ -449,12 +456,12 @@ class Node:
         if src is not None:
             i = 0
             while i < _BACKOFF_N:
-                if self.bo_src[i] == src:
+                if self.bo_src[i] == src and self.bo_until[i]:
                     if ticks_diff(self.bo_until[i], now) > 0:
                         self.defence[DF_HS_BACKOFF] += 1
-                        self.hs_failed("backoff", link)
+                        self.hs_failed("backoff", None)
                         return False
-                    self.bo_src[i] = None
+                    self.bo_until[i] = 0
                 i += 1
             # the source's pending handshakes: too many evict its own oldest
             # stalled one, or refuse the newcomer
@@ -470,22 +477,39 @@ class Node:
             if n >= _HS_PER_SOURCE:
                 if ticks_diff(now, self.hs_t[old]) < _HS_STALL_MS:
                     self.defence[DF_HS_SOURCE] += 1
-                    self.hs_failed("source_limit", link)
+                    self.hs_failed("source_limit", None)
                     return False
                 self._evict(old)
+                n -= 1
+            n += 1              # the source's pending handshakes with the newcomer
+        else:
+            n = 1
         if self.rx_out >= self.rx_max:
-            old = self._oldest_pending()
-            if old < 0 or ticks_diff(now, self.hs_t[old]) < _HS_STALL_MS:
-                self.hs_failed("busy", link)
+            # full: the newcomer takes the slot of the oldest pending
+            # handshake of the source holding the most, when that is more
+            # than the newcomer's source would then hold (sources share the
+            # slots); else of the oldest that has stalled
+            old = self._crowded(n)
+            if old < 0:
+                old = self._oldest_pending()
+                if old >= 0 and ticks_diff(now, self.hs_t[old]) < _HS_STALL_MS:
+                    old = -1
+            if old < 0:
+                self.hs_failed("busy", None)
                 return False
             self._evict(old)
         i = 0
-        while self.hs_link[i] is not None:
+        while i < len(self.hs_link) and self.hs_link[i] is not None:
             i += 1
+        if i == len(self.hs_link):
+            self.hs_failed("busy", None)
+            return False
         self.hs_link[i] = link
         self.hs_t[i] = now
         self.hs_src[i] = src
         self.hs_n += 1
+        # counted here, not when its task starts: an eviction may come first
+        self.rx_out += 1
         return True
 
     def hs_done(self, link):
@@ -498,6 +522,29 @@ class Node:
                 self.hs_n -= 1
                 return
             i += 1
+
+    def _crowded(self, n):
+        """The oldest pending handshake of the source (not None) that holds
+        the most pending ones, if that is more than n; else -1."""
+        hl = self.hs_link
+        hs = self.hs_src
+        best = -1
+        most = n
+        i = 0
+        while i < len(hl):
+            src = hs[i]
+            if hl[i] is not None and src is not None:
+                c = 0
+                j = 0
+                while j < len(hl):
+                    if hl[j] is not None and hs[j] == src:
+                        c += 1
+                    j += 1
+                if c > most or (c == most and best >= 0 and ticks_diff(self.hs_t[best], self.hs_t[i]) > 0):
+                    most = c
+                    best = i
+            i += 1
+        return best
 
     def _oldest_pending(self):
         old = -1
@@ -520,32 +567,52 @@ class Node:
         self.defence[DF_HS_EVICTED] += 1
         link.close()
 
-    def back_off(self, src, now):
-        """Refuse new links from src for _BACKOFF_MS (the oldest entry goes)."""
-        if src is None:
-            return
+    def _box(self, src, now):
+        """The entry for src among the remembered sources (made, in place of
+        the one least recently struck, when missing)."""
         j = 0
         i = 0
         while i < _BACKOFF_N:
-            if self.bo_src[i] is None or self.bo_src[i] == src:
-                j = i
-                break
-            if ticks_diff(self.bo_until[j], self.bo_until[i]) > 0:
+            if self.bo_src[i] == src:
+                return i
+            if self.bo_src[j] is not None and (self.bo_src[i] is None
+                                               or ticks_diff(self.bo_t[j], self.bo_t[i]) > 0):
                 j = i
             i += 1
         self.bo_src[j] = src
-        self.bo_until[j] = now + _BACKOFF_MS
+        self.bo_until[j] = 0
+        self.bo_strikes[j] = 0
+        self.bo_t[j] = now
+        return j
+
+    def back_off(self, src, now):
+        """Refuse new links from src for _BACKOFF_MS."""
+        if src is not None:
+            j = self._box(src, now)
+            self.bo_until[j] = (now + _BACKOFF_MS) | 1
 
     def rx_stalled(self, port, link):
         """A link's partial frame was dropped (its buffer taken back): a
-        strike; too many close the link and back its source off."""
+        strike against its source (or, without one, its port); too many
+        within the window close the link and back its source off."""
         now = ticks_ms()
         self.defence[DF_RX_STALL] += 1
-        if ticks_diff(now, self.rx_strike_t[port]) > _RX_STRIKE_WINDOW_MS:
-            self.rx_strikes[port] = 0
-        self.rx_strike_t[port] = now
-        self.rx_strikes[port] += 1
-        if self.rx_strikes[port] >= _RX_STRIKES:
+        src = link.source() if hasattr(link, "source") else None
+        if src is not None:
+            st = self.bo_strikes
+            t = self.bo_t
+            i = self._box(src, now)
+        else:
+            st = self.rx_strikes
+            t = self.rx_strike_t
+            i = port
+        if ticks_diff(now, t[i]) > _RX_STRIKE_WINDOW_MS:
+            st[i] = 0
+        t[i] = now
+        if st[i] < 255:
+            st[i] += 1
+        if st[i] >= _RX_STRIKES:
+            st[i] = 0
             self._close_slow(port, now)
 
     def _close_slow(self, port, now):

@@ -156,9 +156,10 @@ def _receive(node, port, buf, n, j):
             pool.give(j)
 
 
-async def run(node, link):
-    """Serve one link until it closes. Returns the close reason (str)."""
-    if not node.admit(link):           # counted (node.py "Admission")
+async def run(node, link, admitted=False):
+    """Serve one link until it closes (admitted: node.admit(link) said yes
+    already). Returns the close reason (str)."""
+    if not admitted and not node.admit(link):     # counted (node.py "Admission")
         link.close()
         return "busy"
     try:
@@ -168,8 +169,9 @@ async def run(node, link):
         node.oom()
         node.hs_failed("no_memory", link)
         link.close()
+        if not getattr(link, "evicted", False):
+            node.rx_out -= 1
         return "no_memory"
-    node.rx_out += 1
     port = 0
     j = -1
     reason = "eof"

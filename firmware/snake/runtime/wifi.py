@@ -104,7 +104,13 @@ class Wifi:
             self.node.oom()
             close_stream(writer)
             return _nothing()
-        return stream.run(self.node, link)
+        # admission here, not in the link's task: a refused connection
+        # (node.py "Admission") costs no link coroutine, and a peer that
+        # reopens refused sockets at once gets through the listen queue fast
+        if not self.node.admit(link):
+            link.close()
+            return _nothing()
+        return stream.run(self.node, link, True)
 
     # ---- multicast --------------------------------------------------------
     async def _beacon(self):
