@@ -755,6 +755,7 @@ def _assemble(spark, out, opts, v):
 
     drops = dict((r["key"], r["total"] or 0) for r in totals if r["metric"] == "drops")
     evictions = dict((r["key"], r["total"] or 0) for r in totals if r["metric"] == "evictions")
+    defence = dict((r["key"], r["total"] or 0) for r in totals if r["metric"] == "defence")
     occ = {}
     for r in totals:
         if r["metric"] == "occupancy":
@@ -1011,6 +1012,7 @@ def _assemble(spark, out, opts, v):
         "stretch_mean": ps.get("stretch_mean"), "stretch_p50": ps.get("stretch_p50"),
         "stretch_p95": ps.get("stretch_p95"), "stretch_max": ps.get("stretch_max"),
         "drops_by_reason": drops,
+        "defence_by_kind": defence,
         "drops_total": sum(drops.values()),
         "verify_done": tot("verify_done"),
         "verify_skipped": tot("verify_skipped"),
@@ -1068,6 +1070,7 @@ def _node_json(n, row, fin, a, counters, control_rate, warn_tables, major, found
         return counters.get(metric, {})
 
     drops = dict((k, r.get("total") or 0) for k, r in sorted(g("drops").items()))
+    defence = dict((k, r.get("total") or 0) for k, r in sorted(g("defence").items()))
 
     def total(metric):
         rows = g(metric)
@@ -1110,6 +1113,7 @@ def _node_json(n, row, fin, a, counters, control_rate, warn_tables, major, found
         "parent_changes": row["parent_changes"],
         "drops_total": sum(drops.values()),
         "drops": drops,
+        "defence": defence,
         "rx_total": total("rx"),
         "tx_total": total("tx"),
         "tx_bytes_total": total("tx_bytes"),

@@ -33,6 +33,7 @@ THRESHOLDS = {
     "mesh_drop_ratio": 0.10,          # all problem drops / all frames received: broken
     "heap_low": 16 * 1024,            # free heap (bytes) below this on a node: degraded
     "rejected_ratio": 0.01,           # rejected telemetry lines above this share: note
+    "attack_min": 50,                 # a defence acting this often in the run: an attack (degraded)
 }
 
 # Drops that are the protocol working as designed (duplicate suppression,
@@ -41,8 +42,18 @@ THRESHOLDS = {
 # die of it show up in the delivery figure (and its hint) instead.
 ROUTINE_DROPS = frozenset((
     "wakeup_dup", "wakeup_root", "wakeup_hop_limit", "bootstrap_root", "bootstrap_replay",
-    "bootstrap_self", "watermark", "hop_limit",
+    "bootstrap_self", "watermark", "hop_limit", "wakeup_budget",
 ))
+# Hostile load (telemetry `defence` counters, firmware node.py "Admission" /
+# "Receiving", router wakeup budgets): the attack each counter is evidence
+# of. A mesh under one is degraded and the verdict names it; below
+# attack_min counts in the run a defence acting is a note.
+ATTACKS = (
+    ("stalled or repeated handshakes holding a node's handshake slots",
+     ("hs_source_limit", "hs_evicted", "hs_deadline", "hs_backoff")),
+    ("links trickling frames to hold a node's receive buffers", ("rx_stall", "rx_slow")),
+    ("a wakeup storm", ("wakeup_budget", "relay_shed")),
+)
 # Drops that lose traffic frames: named when delivery is low.
 TRAFFIC_LOSS = ("hop_limit", "no_route", "loop", "queue_full", "no_buffer", "route_table_full", "no_memory")
 # The tables that bound what the mesh can do (contract 2, `capacity`); every
@@ -486,6 +497,18 @@ def verdict(summary, rows, th=None):
         if hit:
             add(DEGRADED, code, "%s on %d node%s (%s)" % (what, len(hit), "" if len(hit) == 1 else "s",
                                                         _who(hit)), hit)
+
+    # hostile load: which defences acted, and on which nodes
+    dk = summary.get("defence_by_kind") or {}
+    for what, keys in ATTACKS:
+        n_act = sum(dk.get(k) or 0 for k in keys)
+        if not n_act:
+            continue
+        hit = [r for r in rows if any(((r.get("defence") or {}).get(k) or 0) for k in keys)]
+        parts = ", ".join("%s %d" % (k, dk[k]) for k in keys if dk.get(k))
+        add(DEGRADED if n_act >= th["attack_min"] else NOTE, "attack",
+            "under attack: %s (%s) on %d node%s (%s)" % (what, parts, len(hit), "" if len(hit) == 1 else "s",
+                                                       _who(hit)), hit)
 
     rej = summary.get("rejected_records") or 0
     total = rej + (summary.get("records") or 0)

@@ -8,7 +8,7 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 # Cumulative counters (since the node booted; a restart resets them all).
-CUMULATIVE_MAPS = ("rx", "tx", "drops", "evictions", "tx_bytes", "tx_link", "tx_bytes_link")
+CUMULATIVE_MAPS = ("rx", "tx", "drops", "evictions", "tx_bytes", "tx_link", "tx_bytes_link", "defence")
 CUMULATIVE_SCALARS = ("verify_done", "verify_skipped", "verify_cached")
 # `capacity` {table: [used, capacity, refused]}: refused is cumulative.
 REFUSED = "capacity_refused"

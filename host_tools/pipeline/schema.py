@@ -42,6 +42,8 @@ TYPED_FIELDS = [
     ("mem_free", _L),
     ("tx_bytes", T.MapType(_S, _L)), ("tx_link", T.MapType(_S, _L)), ("tx_bytes_link", T.MapType(_S, _L)),
     ("capacity", T.MapType(_S, T.ArrayType(_L))),
+    # the node's defences against hostile peers (console `stats` "defence")
+    ("defence", T.MapType(_S, _L)),
     # probe (`id` is kept as text: producers may use ints or strings)
     ("probe", _S), ("id", _S), ("src", _S), ("dst", _S), ("ok", T.BooleanType()),
     ("rtt_ms", _D), ("hops", _L), ("path", T.ArrayType(_S)),
@@ -71,7 +73,7 @@ REQUIRED = {
 REQUIRED_KEYS = {"state": ("desc",)}
 COUNTER_FIELDS = ("rx", "tx", "drops", "verify_done", "verify_skipped", "verify_cached",
                   "evictions", "occupancy", "mem_free", "tx_bytes", "tx_link", "tx_bytes_link",
-                  "capacity")
+                  "capacity", "defence")
 # Key-valued fields checked for format when present (kind, field).
 KEY_FIELDS = (("state", "root"), ("state", "parent"), ("state", "desc"),
               ("probe", "src"), ("probe", "dst"))

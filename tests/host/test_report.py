@@ -72,6 +72,31 @@ def test_verdict_healthy_mesh_and_expected_full_caches_do_not_count():
         assert codes[code] == "healthy", (code, codes)
 
 
+@pytest.mark.parametrize("counts,expect,named", [
+    ({"hs_source_limit": 45000, "hs_evicted": 60}, "degraded", "handshake slots"),
+    ({"rx_stall": 40, "rx_slow": 12}, "degraded", "receive buffers"),
+    ({"wakeup_budget": 5000, "relay_shed": 30}, "degraded", "wakeup storm"),
+    ({"rx_stall": 3}, "note", "receive buffers"),
+    ({}, None, None)])
+def test_verdict_names_an_attack_from_the_defence_counters(counts, expect, named):
+    rows = [_row(i) for i in range(20)]
+    rows[3]["defence"] = dict(counts)
+    s = _summary(defence_by_kind=dict(counts))
+    rows = health.judge_nodes(copy.deepcopy(rows), s)
+    level, reasons = health.verdict(s, rows)
+    att = [x for x in reasons if x["code"] == "attack"]
+    if expect is None:
+        assert not att and level == "healthy"
+        return
+    assert len(att) == 1 and att[0]["level"] == expect, att
+    assert named in att[0]["text"] and att[0]["nodes"] == [rows_node(3)], att
+    assert level == ("degraded" if expect == "degraded" else "healthy")
+
+
+def rows_node(i):
+    return _row(i)["node"]
+
+
 @pytest.mark.parametrize("ratio,pings,expect", [
     (0.96, 100, "healthy"), (0.95, 100, "healthy"), (0.94, 100, "degraded"), (0.80, 100, "degraded"),
     (0.79, 100, "broken"), (0.0, 9, "note")])

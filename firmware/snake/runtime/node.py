@@ -95,7 +95,7 @@ _HS_PER_SOURCE = const(2)       # pending handshakes one source address may hold
 _HS_STALL_MS = const(1000)      # a pending handshake this old may be evicted for a newcomer
 _HS_BUSY_MS = const(2000)       # handshake deadline while half the slots are pending
 _BACKOFF_MS = const(30000)      # a source whose link was closed as slow is refused this long
-_BACKOFF_N = const(4)           # sources remembered for that
+_HS_BACKOFF_MS = const(3000)    # ... whose stalled handshake was evicted or timed out, this long
 # defence counters (Node.defence; names: snake/report.py DEFENCE_NAMES)
 DF_HS_SOURCE = const(0)         # handshake refused: its source holds _HS_PER_SOURCE
 DF_HS_EVICTED = const(1)        # stalled pending handshake evicted for a newcomer
@@ -384,10 +384,11 @@ class Node:
         # sources with receive stalls: strikes, when the last one was, and
         # until when the source is backed off (0: not backed off). Strikes
         # go by source, so a link that reconnects keeps them
-        self.bo_src = [None] * _BACKOFF_N
-        self.bo_until = [0] * _BACKOFF_N
-        self.bo_strikes = bytearray(_BACKOFF_N)
-        self.bo_t = [0] * _BACKOFF_N
+        # (as many as there are slots: every source holding one fits)
+        self.bo_src = [None] * R
+        self.bo_until = [0] * R
+        self.bo_strikes = bytearray(R)
+        self.bo_t = [0] * R
         self.defence = [0] * N_DEFENCE
         self.hop_limit = getattr(profile, "traffic_hop_limit", wire.HOP_LIMIT_TRAFFIC)
         hs_ms = getattr(config, "hs_timeout_ms", None) if config is not None else None
@@ -455,7 +456,7 @@ class Node:
         now = ticks_ms()
         if src is not None:
             i = 0
-            while i < _BACKOFF_N:
+            while i < len(self.bo_src):
                 if self.bo_src[i] == src and self.bo_until[i]:
                     if ticks_diff(self.bo_until[i], now) > 0:
                         self.defence[DF_HS_BACKOFF] += 1
@@ -556,9 +557,12 @@ class Node:
         return old
 
     def _evict(self, i):
-        # close a pending handshake: its reader sees EOF and ends (and
-        # gives its slot back); the slot is free for the newcomer at once
+        # close a pending handshake that stalled: its reader sees EOF and
+        # ends; the slot is free for the newcomer at once, and the source is
+        # refused for _HS_BACKOFF_MS (a peer that reopens at once does not
+        # take the slot back before an honest one gets its turn)
         link = self.hs_link[i]
+        self.back_off(self.hs_src[i], ticks_ms(), _HS_BACKOFF_MS)
         self.hs_link[i] = None
         self.hs_src[i] = None
         self.hs_n -= 1
@@ -572,7 +576,7 @@ class Node:
         the one least recently struck, when missing)."""
         j = 0
         i = 0
-        while i < _BACKOFF_N:
+        while i < len(self.bo_src):
             if self.bo_src[i] == src:
                 return i
             if self.bo_src[j] is not None and (self.bo_src[i] is None
@@ -585,11 +589,13 @@ class Node:
         self.bo_t[j] = now
         return j
 
-    def back_off(self, src, now):
-        """Refuse new links from src for _BACKOFF_MS."""
+    def back_off(self, src, now, ms=_BACKOFF_MS):
+        """Refuse new links from src for ms (a longer back-off stays)."""
         if src is not None:
             j = self._box(src, now)
-            self.bo_until[j] = (now + _BACKOFF_MS) | 1
+            u = self.bo_until[j]
+            if not u or ticks_diff(now + ms, u) > 0:
+                self.bo_until[j] = (now + ms) | 1
 
     def rx_stalled(self, port, link):
         """A link's partial frame was dropped (its buffer taken back): a
