@@ -41,7 +41,7 @@ DROP_NAMES = (
     "wakeup_budget",     # wakeup not verified: over the port's or node's budget, or could change nothing
 )
 
-# Node.defence, index -> name (node.py DF_*): each defence against a hostile
+# Node.defence, index -> name (guard.py DF_*): each defence against a hostile
 # peer, counted when it acts (node.py "Receiving", "Admission")
 DEFENCE_NAMES = ("hs_source_limit", "hs_evicted", "hs_deadline", "hs_backoff", "rx_stall", "rx_slow")
 

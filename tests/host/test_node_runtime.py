@@ -13,6 +13,7 @@ from snake.runtime import stream, config
 from snakehost import wire_host
 from snake.crypto import Signer
 from snake.runtime import node as nodemod
+from snake.runtime import guard
 from snake.runtime.node import BufPool, Node, SendQueues
 from snake.profile import Profile
 from snake.report import DROP_NAMES
@@ -551,7 +552,7 @@ def test_trickling_link_gives_its_buffer_back_then_is_closed():
         await _settle(lambda: r.counters.rx[wire.T_KEEPALIVE] == rx0 + 1, timeout=3)
         took = time.monotonic() - t0
         assert 0.25 <= took <= 1.5, took
-        assert node.defence[nodemod.DF_RX_STALL] == 1 and not a.closed
+        assert node.defence[guard.DF_RX_STALL] == 1 and not a.closed
         assert node.stats.get("slow", 0) == 0
         # a's stalled frame is read past without a buffer: its next frame
         # is in sync and delivered
@@ -564,7 +565,7 @@ def test_trickling_link_gives_its_buffer_back_then_is_closed():
         b.feed(keepalive())
         await _settle(lambda: a.closed, timeout=3)
         await _settle(lambda: r.counters.rx[wire.T_KEEPALIVE] == rx0 + 3)
-        assert node.defence[nodemod.DF_RX_STALL] == 2 and node.defence[nodemod.DF_RX_SLOW] == 1
+        assert node.defence[guard.DF_RX_STALL] == 2 and node.defence[guard.DF_RX_SLOW] == 1
         assert node.stats["slow"] == 1 and not b.closed
         await asyncio.wait_for(ta, 3)
         await _settle(lambda: node.rxpool.free() == 1 and node.rx_wait == 0)
@@ -591,7 +592,7 @@ def test_admission_per_source_limit_eviction_and_backoff():
         tasks = [asyncio.ensure_future(stream.run(node, lk)) for lk in ev]
         await asyncio.sleep(0.05)
         assert node.hs_n == 2 and ev[2].closed
-        assert node.defence[nodemod.DF_HS_SOURCE] == 1 and node.hs_fail.get("source_limit") == 1
+        assert node.defence[guard.DF_HS_SOURCE] == 1 and node.hs_fail.get("source_limit") == 1
         # other sources fill the remaining slots
         others = [SrcLink("10.0.0.%d" % i) for i in (1, 2)]
         tasks += [asyncio.ensure_future(stream.run(node, lk)) for lk in others]
@@ -603,7 +604,7 @@ def test_admission_per_source_limit_eviction_and_backoff():
         tasks.append(asyncio.ensure_future(stream.run(node, late)))
         await asyncio.sleep(0.05)
         assert not late.closed and ev[0].closed and not ev[1].closed
-        assert node.defence[nodemod.DF_HS_EVICTED] == 1 and node.hs_fail.get("evicted") == 1
+        assert node.defence[guard.DF_HS_EVICTED] == 1 and node.hs_fail.get("evicted") == 1
         # every source holds one, all fresh: the next newcomer is refused ...
         busy = SrcLink("10.0.0.5")
         tasks.append(asyncio.ensure_future(stream.run(node, busy)))
@@ -617,14 +618,14 @@ def test_admission_per_source_limit_eviction_and_backoff():
         honest.feed(hs)
         tasks.append(asyncio.ensure_future(stream.run(node, honest)))
         await _settle(lambda: len(report.peers(node.router)) == 1)
-        assert node.defence[nodemod.DF_HS_EVICTED] == 2 and ev[1].closed
+        assert node.defence[guard.DF_HS_EVICTED] == 2 and ev[1].closed
         assert node.rx_out == 4
         # a backed-off source is refused
-        node.back_off("10.0.0.7", time_ms())
+        guard.back_off(node, "10.0.0.7", time_ms())
         bo = SrcLink("10.0.0.7")
         tasks.append(asyncio.ensure_future(stream.run(node, bo)))
         await asyncio.sleep(0.05)
-        assert bo.closed and node.defence[nodemod.DF_HS_BACKOFF] == 1
+        assert bo.closed and node.defence[guard.DF_HS_BACKOFF] == 1
         for lk in ev + others + [late, busy, honest, bo]:
             lk.close()
         await asyncio.wait_for(asyncio.gather(*tasks), 3)
@@ -639,11 +640,11 @@ def test_pending_handshakes_get_the_short_deadline_under_pressure():
         tasks = [asyncio.ensure_future(stream.run(node, lk)) for lk in links]
         await asyncio.sleep(0.05)
         assert node.hs_n == 2          # half of the 4 slots: pressure
-        node.hs_t = [t - nodemod._HS_BUSY_MS - 100 for t in node.hs_t]
+        node.hs_t = [t - guard.HS_BUSY_MS - 100 for t in node.hs_t]
         node._slow(time_ms())
         await asyncio.wait_for(asyncio.gather(*tasks), 3)
         assert all(lk.closed for lk in links)
-        assert node.defence[nodemod.DF_HS_DEADLINE] == 2 and node.defence[nodemod.DF_HS_EVICTED] == 0
+        assert node.defence[guard.DF_HS_DEADLINE] == 2 and node.defence[guard.DF_HS_EVICTED] == 0
         assert node.rx_out == 0 and node.hs_n == 0
     asyncio.run(go())
 

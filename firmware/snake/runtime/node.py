@@ -23,17 +23,19 @@
 # within _RX_STALL_MS (plus a millisecond per byte) gives the buffer back
 # (Node._slow: its partial frame is dropped, counted as rx_stall, and the
 # rest of that frame is read past without a buffer); a holder with no one
-# waiting may keep it up to RX_HOLD_MS. A link that stalls _RX_STRIKES
-# times within _RX_STRIKE_WINDOW_MS, or holds a buffer past RX_HOLD_MS, is
-# closed ("slow") and its source address backed off.
+# waiting may keep it up to RX_HOLD_MS. A link that stalls twice within
+# 30 s, or holds a buffer past RX_HOLD_MS, is closed ("slow") and its
+# source address refused for 30 s (snake/guard.py).
 #
 # Admission (Node.admit, Node._slow): at most max_peers + 2 links at once
 # (links still in their handshake count). A handshake is "pending" until
 # the peer's 104 bytes are in. One source address holds at most
 # _HS_PER_SOURCE pending handshakes; when every slot is taken, a newcomer
-# evicts the oldest pending handshake that has stalled (_HS_STALL_MS); with
-# half the slots pending, a handshake gets _HS_BUSY_MS instead of the full
-# deadline; a source backed off (above) is refused for _BACKOFF_MS. So one
+# takes the slot of the source holding the most, else of the oldest
+# pending handshake that has stalled (1 s), and the source of the one
+# closed is refused for 3 s; with half the slots pending, a handshake gets
+# 2 s instead of the full deadline (snake/guard.py, cold: loaded only
+# when it acts); a source backed off (above) is refused. So one
 # source that reopens every closed socket holds two slots, not all, and an
 # honest peer's handshake (milliseconds) always finds one. Each refusal,
 # eviction and deadline is counted (Node.defence, `stats` "defence").
@@ -89,21 +91,10 @@ HANDSHAKE_TIMEOUT_MS = 10000
 _EXTRA_HANDSHAKES = const(2)
 RX_HOLD_MS = 5000        # a link holding a receive buffer this long is closed ("slow")
 _RX_STALL_MS = const(300)       # ... gives it back this soon (plus 1 ms per byte) while a link waits
-_RX_STRIKES = const(2)          # stalls within _RX_STRIKE_WINDOW_MS that close the link
-_RX_STRIKE_WINDOW_MS = const(30000)
 _HS_PER_SOURCE = const(2)       # pending handshakes one source address may hold
-_HS_STALL_MS = const(1000)      # a pending handshake this old may be evicted for a newcomer
-_HS_BUSY_MS = const(2000)       # handshake deadline while half the slots are pending
-_BACKOFF_MS = const(30000)      # a source whose link was closed as slow is refused this long
-_HS_BACKOFF_MS = const(3000)    # ... whose stalled handshake was evicted or timed out, this long
-# defence counters (Node.defence; names: snake/report.py DEFENCE_NAMES)
-DF_HS_SOURCE = const(0)         # handshake refused: its source holds _HS_PER_SOURCE
-DF_HS_EVICTED = const(1)        # stalled pending handshake evicted for a newcomer
-DF_HS_DEADLINE = const(2)       # pending handshake closed at _HS_BUSY_MS
-DF_HS_BACKOFF = const(3)        # connection refused from a backed-off source
-DF_RX_STALL = const(4)          # partial frame dropped, its buffer given back
-DF_RX_SLOW = const(5)           # link closed for holding buffers (source backed off)
-N_DEFENCE = const(6)
+_DF_HS_SOURCE = const(0)        # Node.defence indexes (snake/guard.py DF_*)
+_DF_HS_BACKOFF = const(3)
+_N_DEFENCE = const(6)
 _FLUSH_MS = const(10)            # the flusher looks again this soon while a link is full
 
 
@@ -370,8 +361,7 @@ class Node:
         self.rx_since = [0] * P  # ticks a port took an rx buffer (0: none held)
         self.rx_len = array("H", bytearray(2 * P))  # length of the frame it holds one for
         self.rx_drop = bytearray(P)      # 1: the port's buffer was taken back (stream.run)
-        self.rx_strikes = bytearray(P)
-        self.rx_strike_t = [0] * P
+        self.rx_strikes = bytearray(P)   # receive stalls of a link without a source
         self.rx_wait = 0         # links waiting for a receive buffer
         self.tasks = [None] * P
         self.rx_out = 0          # links admitted and not ended (stream.run), handshakes included
@@ -389,7 +379,7 @@ class Node:
         self.bo_until = [0] * R
         self.bo_strikes = bytearray(R)
         self.bo_t = [0] * R
-        self.defence = [0] * N_DEFENCE
+        self.defence = [0] * _N_DEFENCE
         self.hop_limit = getattr(profile, "traffic_hop_limit", wire.HOP_LIMIT_TRAFFIC)
         hs_ms = getattr(config, "hs_timeout_ms", None) if config is not None else None
         self.hs_timeout_ms = hs_ms or HANDSHAKE_TIMEOUT_MS
@@ -451,61 +441,38 @@ class Node:
     # ---- admission (called by stream.run) -----------------------------
     def admit(self, link):
         """A new link may start its handshake: registered as pending (True)
-        or refused (False, counted). Admission above."""
+        or refused (False, counted). Admission above; what acts only under
+        pressure is snake/guard.py."""
         src = link.source() if hasattr(link, "source") else None
         now = ticks_ms()
+        n = 1                   # the source's pending handshakes with the newcomer
+        hl = self.hs_link
         if src is not None:
             i = 0
-            while i < len(self.bo_src):
+            while i < len(hl):
                 if self.bo_src[i] == src and self.bo_until[i]:
                     if ticks_diff(self.bo_until[i], now) > 0:
-                        self.defence[DF_HS_BACKOFF] += 1
+                        self.defence[_DF_HS_BACKOFF] += 1
                         self.hs_failed("backoff", None)
                         return False
                     self.bo_until[i] = 0
-                i += 1
-            # the source's pending handshakes: too many evict its own oldest
-            # stalled one, or refuse the newcomer
-            n = 0
-            old = -1
-            i = 0
-            while i < len(self.hs_link):
-                if self.hs_link[i] is not None and self.hs_src[i] == src:
+                if hl[i] is not None and self.hs_src[i] == src:
                     n += 1
-                    if old < 0 or ticks_diff(self.hs_t[old], self.hs_t[i]) > 0:
-                        old = i
                 i += 1
-            if n >= _HS_PER_SOURCE:
-                if ticks_diff(now, self.hs_t[old]) < _HS_STALL_MS:
-                    self.defence[DF_HS_SOURCE] += 1
-                    self.hs_failed("source_limit", None)
-                    return False
-                self._evict(old)
-                n -= 1
-            n += 1              # the source's pending handshakes with the newcomer
-        else:
-            n = 1
-        if self.rx_out >= self.rx_max:
-            # full: the newcomer takes the slot of the oldest pending
-            # handshake of the source holding the most, when that is more
-            # than the newcomer's source would then hold (sources share the
-            # slots); else of the oldest that has stalled
-            old = self._crowded(n)
-            if old < 0:
-                old = self._oldest_pending()
-                if old >= 0 and ticks_diff(now, self.hs_t[old]) < _HS_STALL_MS:
-                    old = -1
-            if old < 0:
-                self.hs_failed("busy", None)
+            if n > _HS_PER_SOURCE:
+                self.defence[_DF_HS_SOURCE] += 1
+                self.hs_failed("source_limit", None)
                 return False
-            self._evict(old)
-        i = 0
-        while i < len(self.hs_link) and self.hs_link[i] is not None:
-            i += 1
-        if i == len(self.hs_link):
+        if self.rx_out >= self.rx_max and not self._guard().make_room(self, n, now):
             self.hs_failed("busy", None)
             return False
-        self.hs_link[i] = link
+        i = 0
+        while i < len(hl) and hl[i] is not None:
+            i += 1
+        if i == len(hl):
+            self.hs_failed("busy", None)
+            return False
+        hl[i] = link
         self.hs_t[i] = now
         self.hs_src[i] = src
         self.hs_n += 1
@@ -524,112 +491,13 @@ class Node:
                 return
             i += 1
 
-    def _crowded(self, n):
-        """The oldest pending handshake of the source (not None) that holds
-        the most pending ones, if that is more than n; else -1."""
-        hl = self.hs_link
-        hs = self.hs_src
-        best = -1
-        most = n
-        i = 0
-        while i < len(hl):
-            src = hs[i]
-            if hl[i] is not None and src is not None:
-                c = 0
-                j = 0
-                while j < len(hl):
-                    if hl[j] is not None and hs[j] == src:
-                        c += 1
-                    j += 1
-                if c > most or (c == most and best >= 0 and ticks_diff(self.hs_t[best], self.hs_t[i]) > 0):
-                    most = c
-                    best = i
-            i += 1
-        return best
-
-    def _oldest_pending(self):
-        old = -1
-        i = 0
-        while i < len(self.hs_link):
-            if self.hs_link[i] is not None and (old < 0 or ticks_diff(self.hs_t[old], self.hs_t[i]) > 0):
-                old = i
-            i += 1
-        return old
-
-    def _evict(self, i):
-        # close a pending handshake that stalled: its reader sees EOF and
-        # ends; the slot is free for the newcomer at once, and the source is
-        # refused for _HS_BACKOFF_MS (a peer that reopens at once does not
-        # take the slot back before an honest one gets its turn)
-        link = self.hs_link[i]
-        self.back_off(self.hs_src[i], ticks_ms(), _HS_BACKOFF_MS)
-        self.hs_link[i] = None
-        self.hs_src[i] = None
-        self.hs_n -= 1
-        self.rx_out -= 1        # stream.run does not count the evicted link down again
-        link.evicted = True
-        self.defence[DF_HS_EVICTED] += 1
-        link.close()
-
-    def _box(self, src, now):
-        """The entry for src among the remembered sources (made, in place of
-        the one least recently struck, when missing)."""
-        j = 0
-        i = 0
-        while i < len(self.bo_src):
-            if self.bo_src[i] == src:
-                return i
-            if self.bo_src[j] is not None and (self.bo_src[i] is None
-                                               or ticks_diff(self.bo_t[j], self.bo_t[i]) > 0):
-                j = i
-            i += 1
-        self.bo_src[j] = src
-        self.bo_until[j] = 0
-        self.bo_strikes[j] = 0
-        self.bo_t[j] = now
-        return j
-
-    def back_off(self, src, now, ms=_BACKOFF_MS):
-        """Refuse new links from src for ms (a longer back-off stays)."""
-        if src is not None:
-            j = self._box(src, now)
-            u = self.bo_until[j]
-            if not u or ticks_diff(now + ms, u) > 0:
-                self.bo_until[j] = (now + ms) | 1
-
-    def rx_stalled(self, port, link):
-        """A link's partial frame was dropped (its buffer taken back): a
-        strike against its source (or, without one, its port); too many
-        within the window close the link and back its source off."""
-        now = ticks_ms()
-        self.defence[DF_RX_STALL] += 1
-        src = link.source() if hasattr(link, "source") else None
-        if src is not None:
-            st = self.bo_strikes
-            t = self.bo_t
-            i = self._box(src, now)
-        else:
-            st = self.rx_strikes
-            t = self.rx_strike_t
-            i = port
-        if ticks_diff(now, t[i]) > _RX_STRIKE_WINDOW_MS:
-            st[i] = 0
-        t[i] = now
-        if st[i] < 255:
-            st[i] += 1
-        if st[i] >= _RX_STRIKES:
-            st[i] = 0
-            self._close_slow(port, now)
-
-    def _close_slow(self, port, now):
-        link = self.links[port]
-        if link is None:
-            return
-        self.stat("slow")
-        self.defence[DF_RX_SLOW] += 1
-        self.back_off(link.source() if hasattr(link, "source") else None, now)
-        self._disconnect(port, "slow")
-        self.router.port_down(port, now)
+    @staticmethod
+    def _guard():
+        """snake/guard.py for one call (cold: it leaves the heap again)."""
+        from snake import guard
+        if platform.MICROPYTHON:
+            platform.unload("snake.guard")
+        return guard
 
     # ---- links (called by stream.run) --------------------------------
     def find_link(self, key, link_type):
@@ -851,7 +719,7 @@ class Node:
                 d = ticks_diff(now, t)
                 if d > RX_HOLD_MS:
                     since[p] = 0
-                    self._close_slow(p, now)
+                    self._guard().close_slow(self, p, now)
                 elif self.rx_wait and d > _RX_STALL_MS + self.rx_len[p] and not self.rx_drop[p]:
                     task = self.tasks[p]
                     if task is not None:
@@ -860,14 +728,7 @@ class Node:
             p += 1
         # pending handshakes: with half the slots pending, the short deadline
         if self.hs_n * 2 >= len(self.hs_link):
-            i = 0
-            while i < len(self.hs_link):
-                lk = self.hs_link[i]
-                if lk is not None and ticks_diff(now, self.hs_t[i]) > _HS_BUSY_MS:
-                    self.defence[DF_HS_DEADLINE] += 1
-                    self._evict(i)
-                    self.defence[DF_HS_EVICTED] -= 1
-                i += 1
+            self._guard().hs_deadline(self, now)
 
     async def _flush(self):
         # the one writer of every port: hands queued frames to their links

@@ -264,7 +264,7 @@ async def run(node, link, admitted=False):
                 pool.give(g)
                 if g >= pool.nsmall:
                     node.owed()
-                node.rx_stalled(port, link)
+                node._guard().rx_stalled(node, port, link)
                 if node.links[port] is not link:
                     reason = "slow"
                     break
@@ -296,5 +296,5 @@ async def run(node, link, admitted=False):
             node.link_down(port, link, reason)
         link.close()
         if not getattr(link, "evicted", False):
-            node.rx_out -= 1      # an evicted link was counted out by Node._evict
+            node.rx_out -= 1      # an evicted link was counted out by guard.evict
     return reason
