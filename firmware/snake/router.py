@@ -103,12 +103,12 @@ class Router:
         self.wf_time = array("i", [0] * profile.wakeup_filter)
         self.wk_seq = 0
         # wakeup budgets (token buckets, index 0 node-wide) and the
-        # runtime's tx_idle(port): True when a frame for the port would go
-        # out now, with nothing queued before it (None: always)
+        # runtime's frames queued per port (a bytearray: a frame for a port
+        # with none goes out now; None: every port is idle)
         self.wk_tokens = bytearray([_WK_PORT_BURST] * P)
         self.wk_tokens[0] = _WK_NODE_BURST
         self.wk_refill = array("i", [now] * P)
-        self.tx_idle = None
+        self.tx_queued = None
         self.f = wire.Frame(H)
         # Our own control frames are built in self.buf: keepalives,
         # bootstraps, wakeups (at most CTL_MAX bytes). Our tree announcement
@@ -700,11 +700,11 @@ class Router:
             return
         wire.set_hop_limit(buf, f.hop_limit - 1)
         # relayed only to a link with nothing queued: never ahead of traffic
-        idle = self.tx_idle
+        q = self.tx_queued
         p = 1
         while p < len(self.up):
             if self.up[p] and p != port:
-                if idle is None or idle(p):
+                if q is None or not q[p]:
                     self._tx(p, buf, n)
                 else:
                     c.relay_shed += 1
@@ -715,10 +715,10 @@ class Router:
         not already due, or a relay that a link would take now?"""
         if not self.bootstrap_soon:
             return True
-        idle = self.tx_idle
+        q = self.tx_queued
         p = 1
         while p < len(self.up):
-            if self.up[p] and p != port and (idle is None or idle(p)):
+            if self.up[p] and p != port and (q is None or not q[p]):
                 return True
             p += 1
         return False

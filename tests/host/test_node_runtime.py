@@ -501,7 +501,16 @@ def test_receive_pool_shared_and_slow_link_closed(monkeypatch):
 
 class CancelLink(MemLink):
     """A MemLink whose recv_into keeps the Link contract for cancellation:
-    a cancelled read consumes nothing and raises (unless the link closed)."""
+    a cancelled read consumes nothing and raises (unless the link closed);
+    with a source address (an accepted TCP link's)."""
+
+    made = 0
+
+    def source(self):
+        if not hasattr(self, "src"):
+            CancelLink.made += 1
+            self.src = "10.0.2.%d" % CancelLink.made
+        return self.src
 
     async def recv_into(self, mv):
         if self.closed:

@@ -5,7 +5,7 @@
 # (Node._guard) and it leaves the heap again, so a node that is not under
 # attack holds none of it. It is imported once at boot (boot.start), so its
 # qstrs are interned then, not later (stream.py, "Nothing new after boot").
-from snake.platform import ticks_diff, ticks_ms, const
+from snake.platform import ticks_diff, ticks_ms, ticks_add, const
 
 # Node.defence, by index (names: snake/report.py DEFENCE_NAMES)
 DF_HS_SOURCE = 0        # handshake refused: its source holds _HS_PER_SOURCE
@@ -24,14 +24,69 @@ _RX_STRIKES = const(2)  # receive stalls within RX_STRIKE_WINDOW_MS that close a
 RX_STRIKE_WINDOW_MS = 30000
 
 
+HS_PER_SOURCE = 2       # pending handshakes one source address may hold
+
+
+def admit(node, link):
+    """Node.admit when a handshake is pending, a source is backed off or
+    every slot is taken: refused (counted) or registered as pending."""
+    src = source(link)
+    now = ticks_ms()
+    n = 1                   # the source's pending handshakes with the newcomer
+    hl = node.hs_link
+    i = 0
+    while i < len(hl):
+        u = node.bo_until[i]
+        if u and ticks_diff(u, now) <= 0:
+            node.bo_until[i] = u = 0         # its back-off is over
+            node.bo_n -= 1
+        if src is not None and node.bo_src[i] == src:
+            if u:
+                node.defence[DF_HS_BACKOFF] += 1
+                node.hs_failed("backoff", None)
+                return False
+        if src is not None and hl[i] is not None and source(hl[i]) == src:
+            n += 1
+        i += 1
+    if n > HS_PER_SOURCE:
+        node.defence[DF_HS_SOURCE] += 1
+        node.hs_failed("source_limit", None)
+        return False
+    if node.rx_out >= node.rx_max and not make_room(node, n, now):
+        node.hs_failed("busy", None)
+        return False
+    i = 0
+    while i < len(hl) and hl[i] is not None:
+        i += 1
+    if i == len(hl):
+        node.hs_failed("busy", None)
+        return False
+    hl[i] = link
+    node.hs_t[i] = now
+    node.hs_n += 1
+    node.rx_out += 1        # counted at admission: an eviction may come before its task
+    return True
+
+
+def expire(node, now):
+    """Back-offs that are over are forgotten (Node.bo_n counts the rest)."""
+    i = 0
+    while i < len(node.bo_until):
+        u = node.bo_until[i]
+        if u and ticks_diff(u, now) <= 0:
+            node.bo_until[i] = 0
+            node.bo_n -= 1
+        i += 1
+
+
 def make_room(node, n, now):
     """Every slot taken: close the oldest pending handshake of the source
     holding the most, if that is more than n (the newcomer's source with
     it: sources share the slots), else the oldest that has stalled. True
     when a slot came free."""
     hl = node.hs_link
-    hs = node.hs_src
     ht = node.hs_t
+    hs = [source(lk) for lk in hl]      # cold code: a list for the call
     best = -1
     most = n
     old = -1
@@ -66,9 +121,8 @@ def evict(node, i, now):
     # free at once, and the source is refused for HS_BACKOFF_MS (a peer that
     # reopens at once does not take it back before an honest one's turn)
     link = node.hs_link[i]
-    back_off(node, node.hs_src[i], now, HS_BACKOFF_MS)
+    back_off(node, source(link), now, HS_BACKOFF_MS)
     node.hs_link[i] = None
-    node.hs_src[i] = None
     node.hs_n -= 1
     node.rx_out -= 1        # stream.run does not count an evicted link down again
     link.evicted = True
@@ -85,6 +139,11 @@ def hs_deadline(node, now):
         i += 1
 
 
+def source(link):
+    """The peer's address of an accepted link (Link contract), or None."""
+    return link.source() if link is not None and hasattr(link, "source") else None
+
+
 def box(node, src, now):
     """The entry of src among the remembered sources (made, in place of
     the least recently struck, when missing)."""
@@ -98,6 +157,8 @@ def box(node, src, now):
             j = i
         i += 1
     bs[j] = src
+    if node.bo_until[j]:
+        node.bo_n -= 1      # an older back-off makes room
     node.bo_until[j] = 0
     node.bo_strikes[j] = 0
     node.bo_t[j] = now
@@ -109,27 +170,29 @@ def back_off(node, src, now, ms=BACKOFF_MS):
     if src is not None:
         j = box(node, src, now)
         u = node.bo_until[j]
-        if not u or ticks_diff(now + ms, u) > 0:
-            node.bo_until[j] = (now + ms) | 1
+        u2 = ticks_add(now, ms) | 1
+        if not u:
+            node.bo_n += 1
+            node.bo_until[j] = u2
+        elif ticks_diff(u2, u) > 0:
+            node.bo_until[j] = u2
 
 
 def rx_stalled(node, port, link):
     """A link's partial frame was dropped (its buffer taken back): a strike
-    against its source (without one, its port, for as long as the link
-    lives); _RX_STRIKES within the window close the link and back the
+    against its source (a link without one, BLE, only gives its buffers
+    back); _RX_STRIKES within the window close the link and back the
     source off."""
     now = ticks_ms()
     node.defence[DF_RX_STALL] += 1
-    src = link.source() if hasattr(link, "source") else None
+    src = source(link)
     if src is None:
-        st = node.rx_strikes
-        i = port
-    else:
-        st = node.bo_strikes
-        i = box(node, src, now)
-        if ticks_diff(now, node.bo_t[i]) > RX_STRIKE_WINDOW_MS:
-            st[i] = 0
-        node.bo_t[i] = now
+        return
+    st = node.bo_strikes
+    i = box(node, src, now)
+    if ticks_diff(now, node.bo_t[i]) > RX_STRIKE_WINDOW_MS:
+        st[i] = 0
+    node.bo_t[i] = now
     if st[i] < 255:
         st[i] += 1
     if st[i] >= _RX_STRIKES:
@@ -144,6 +207,6 @@ def close_slow(node, port, now):
         return
     node.stat("slow")
     node.defence[DF_RX_SLOW] += 1
-    back_off(node, link.source() if hasattr(link, "source") else None, now)
+    back_off(node, source(link), now)
     node._disconnect(port, "slow")
     node.router.port_down(port, now)

@@ -30,7 +30,7 @@
 # Admission (Node.admit, Node._slow): at most max_peers + 2 links at once
 # (links still in their handshake count). A handshake is "pending" until
 # the peer's 104 bytes are in. One source address holds at most
-# _HS_PER_SOURCE pending handshakes; when every slot is taken, a newcomer
+# two pending handshakes; when every slot is taken, a newcomer
 # takes the slot of the source holding the most, else of the oldest
 # pending handshake that has stalled (1 s), and the source of the one
 # closed is refused for 3 s; with half the slots pending, a handshake gets
@@ -91,10 +91,7 @@ HANDSHAKE_TIMEOUT_MS = 10000
 _EXTRA_HANDSHAKES = const(2)
 RX_HOLD_MS = 5000        # a link holding a receive buffer this long is closed ("slow")
 _RX_STALL_MS = const(300)       # ... gives it back this soon (plus 1 ms per byte) while a link waits
-_HS_PER_SOURCE = const(2)       # pending handshakes one source address may hold
-_DF_HS_SOURCE = const(0)        # Node.defence indexes (snake/guard.py DF_*)
-_DF_HS_BACKOFF = const(3)
-_N_DEFENCE = const(6)
+_N_DEFENCE = const(6)           # Node.defence (snake/guard.py DF_*)
 _FLUSH_MS = const(10)            # the flusher looks again this soon while a link is full
 
 
@@ -351,17 +348,16 @@ class Node:
         r.deliver = self._deliver
         r.expired = self._expired
         r.on_event = self._event
-        r.tx_idle = self._tx_idle
+        r.tx_queued = self.sq.count      # wakeup relays go only where nothing is queued
         self.links = [None] * P
         # rx_buffers 0: the receive pool has no large buffer of its own, it
         # takes the transmit pool's ("One large buffer" above)
         self.rxpool = BufPool(profile.rx_buffers, profile.large, profile.rx_small, profile.small_frame,
                               None if profile.rx_buffers else self.txpool)
         self._mark("rx_pool")
-        self.rx_since = [0] * P  # ticks a port took an rx buffer (0: none held)
-        self.rx_len = array("H", bytearray(2 * P))  # length of the frame it holds one for
+        # ticks a port took an rx buffer plus 1 ms per byte of its frame (0: none held)
+        self.rx_since = [0] * P
         self.rx_drop = bytearray(P)      # 1: the port's buffer was taken back (stream.run)
-        self.rx_strikes = bytearray(P)   # receive stalls of a link without a source
         self.rx_wait = 0         # links waiting for a receive buffer
         self.tasks = [None] * P
         self.rx_out = 0          # links admitted and not ended (stream.run), handshakes included
@@ -369,8 +365,8 @@ class Node:
         # pending handshakes (Node.admit): link, start ticks, source address
         self.hs_link = [None] * R
         self.hs_t = [0] * R
-        self.hs_src = [None] * R
         self.hs_n = 0
+        self.guard = None        # snake/guard.py while a defence is at work (Node._guard)
         # sources with receive stalls: strikes, when the last one was, and
         # until when the source is backed off (0: not backed off). Strikes
         # go by source, so a link that reconnects keeps them
@@ -379,6 +375,7 @@ class Node:
         self.bo_until = [0] * R
         self.bo_strikes = bytearray(R)
         self.bo_t = [0] * R
+        self.bo_n = 0            # sources backed off now
         self.defence = [0] * _N_DEFENCE
         self.hop_limit = getattr(profile, "traffic_hop_limit", wire.HOP_LIMIT_TRAFFIC)
         hs_ms = getattr(config, "hs_timeout_ms", None) if config is not None else None
@@ -441,43 +438,15 @@ class Node:
     # ---- admission (called by stream.run) -----------------------------
     def admit(self, link):
         """A new link may start its handshake: registered as pending (True)
-        or refused (False, counted). Admission above; what acts only under
-        pressure is snake/guard.py."""
-        src = link.source() if hasattr(link, "source") else None
-        now = ticks_ms()
-        n = 1                   # the source's pending handshakes with the newcomer
-        hl = self.hs_link
-        if src is not None:
-            i = 0
-            while i < len(hl):
-                if self.bo_src[i] == src and self.bo_until[i]:
-                    if ticks_diff(self.bo_until[i], now) > 0:
-                        self.defence[_DF_HS_BACKOFF] += 1
-                        self.hs_failed("backoff", None)
-                        return False
-                    self.bo_until[i] = 0
-                if hl[i] is not None and self.hs_src[i] == src:
-                    n += 1
-                i += 1
-            if n > _HS_PER_SOURCE:
-                self.defence[_DF_HS_SOURCE] += 1
-                self.hs_failed("source_limit", None)
-                return False
-        if self.rx_out >= self.rx_max and not self._guard().make_room(self, n, now):
-            self.hs_failed("busy", None)
-            return False
-        i = 0
-        while i < len(hl) and hl[i] is not None:
-            i += 1
-        if i == len(hl):
-            self.hs_failed("busy", None)
-            return False
-        hl[i] = link
-        self.hs_t[i] = now
-        self.hs_src[i] = src
-        self.hs_n += 1
-        # counted here, not when its task starts: an eviction may come first
-        self.rx_out += 1
+        or refused (False, counted). Admission above: with nothing pending,
+        no source backed off and a free slot, at once; else snake/guard.py
+        decides."""
+        if self.hs_n or self.bo_n or self.rx_out >= self.rx_max:
+            return self._guard().admit(self, link)
+        self.hs_link[0] = link
+        self.hs_t[0] = ticks_ms()
+        self.hs_n = 1
+        self.rx_out += 1      # counted here, not when its task starts: an eviction may come first
         return True
 
     def hs_done(self, link):
@@ -486,18 +455,21 @@ class Node:
         while i < len(self.hs_link):
             if self.hs_link[i] is link:
                 self.hs_link[i] = None
-                self.hs_src[i] = None
                 self.hs_n -= 1
                 return
             i += 1
 
-    @staticmethod
-    def _guard():
-        """snake/guard.py for one call (cold: it leaves the heap again)."""
-        from snake import guard
-        if platform.MICROPYTHON:
-            platform.unload("snake.guard")
-        return guard
+    def _guard(self):
+        """snake/guard.py: loaded when a defence acts and kept while the node
+        is under pressure (Node._slow drops it when calm), then it leaves
+        the heap again."""
+        g = self.guard
+        if g is None:
+            from snake import guard as g
+            if platform.MICROPYTHON:
+                platform.unload("snake.guard")
+            self.guard = g
+        return g
 
     # ---- links (called by stream.run) --------------------------------
     def find_link(self, key, link_type):
@@ -612,11 +584,6 @@ class Node:
                 return False     # the link failed (closed; the reader ends it)
         return sq.put(port, buf, n, k)
 
-    def _tx_idle(self, port):
-        """Nothing queued for the port: a frame would go out now (router:
-        wakeup relays, which are never queued behind or ahead of traffic)."""
-        return self.sq.count[port] == 0 and self.links[port] is not None
-
     def _tx_owned(self, port, j, n):
         """Send txpool buffer j (n bytes, built there by the router: our
         announcement, traffic we originate); on success it belongs to the
@@ -716,11 +683,11 @@ class Node:
         while p < len(since):
             t = since[p]
             if t and self.links[p] is not None:
-                d = ticks_diff(now, t)
+                d = ticks_diff(now, t)      # ms since it took it, less 1 ms a byte
                 if d > RX_HOLD_MS:
                     since[p] = 0
                     self._guard().close_slow(self, p, now)
-                elif self.rx_wait and d > _RX_STALL_MS + self.rx_len[p] and not self.rx_drop[p]:
+                elif self.rx_wait and d > _RX_STALL_MS and not self.rx_drop[p]:
                     task = self.tasks[p]
                     if task is not None:
                         self.rx_drop[p] = 1
@@ -729,6 +696,12 @@ class Node:
         # pending handshakes: with half the slots pending, the short deadline
         if self.hs_n * 2 >= len(self.hs_link):
             self._guard().hs_deadline(self, now)
+        elif self.guard is not None and not self.hs_n and not self.rx_wait:
+            # calm: once no source is backed off, the cold code leaves the heap
+            if self.bo_n:
+                self.guard.expire(self, now)
+            if not self.bo_n:
+                self.guard = None
 
     async def _flush(self):
         # the one writer of every port: hands queued frames to their links

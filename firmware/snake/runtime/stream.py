@@ -36,7 +36,7 @@
 import asyncio
 
 from snake import wire
-from snake.platform import ticks_ms, const
+from snake.platform import ticks_ms, ticks_add, const
 from snake.telemetry import D_OVERSIZE, D_MALFORMED
 
 _wait_for = asyncio.wait_for     # asyncio.funcs: the handshake deadline
@@ -239,8 +239,7 @@ async def run(node, link, admitted=False):
                 if not await _skip(link, memoryview(hb), n - _HL):
                     break
                 continue
-            node.rx_since[port] = ticks_ms() | 1
-            node.rx_len[port] = n
+            node.rx_since[port] = ticks_add(ticks_ms(), n) | 1    # node._slow: 1 ms a byte more
             buf = pool.bufs[j]
             k = 0
             while k < _HL:
@@ -292,7 +291,6 @@ async def run(node, link, admitted=False):
         if port:
             node.rx_since[port] = 0
             node.rx_drop[port] = 0
-            node.rx_strikes[port] = 0
             node.link_down(port, link, reason)
         link.close()
         if not getattr(link, "evicted", False):
