@@ -140,8 +140,26 @@ def hs_deadline(node, now):
 
 
 def source(link):
-    """The peer's address of an accepted link (Link contract), or None."""
-    return link.source() if link is not None and hasattr(link, "source") else None
+    """The peer's address (host) of a link we accepted, or None: the Link's
+    source() where it has one; an accepted TcpLink's peer name (the raw
+    sockaddr of the MicroPython unix port gives its 4 address bytes); None
+    for a link we dialled or one without an address (BLE)."""
+    if link is None:
+        return None
+    if hasattr(link, "source"):
+        return link.source()
+    w = getattr(link, "w", None)
+    if w is None or link.outbound:
+        return None
+    try:
+        a = w.get_extra_info("peername")
+    except (KeyError, AttributeError, TypeError):
+        return None
+    if isinstance(a, tuple):
+        return a[0]
+    if isinstance(a, (bytes, bytearray)) and len(a) >= 8:
+        return bytes(a[4:8])
+    return None
 
 
 def box(node, src, now):
@@ -176,6 +194,24 @@ def back_off(node, src, now, ms=BACKOFF_MS):
             node.bo_until[j] = u2
         elif ticks_diff(u2, u) > 0:
             node.bo_until[j] = u2
+
+
+async def stalled(node, port, link, j, mv, rest):
+    """stream.run: the reader on port was cancelled to take its receive
+    buffer j back (Node._slow). Gives it back, counts a strike, then reads
+    past the rest of the frame (rest bytes) into mv. False when the link is
+    closed (too many strikes, or EOF)."""
+    from snake import stream
+    node.rx_drop[port] = 0
+    node.rx_since[port] = 0
+    pool = node.rxpool
+    pool.give(j)
+    if j >= pool.nsmall:
+        node.owed()
+    rx_stalled(node, port, link)
+    if node.links[port] is not link:
+        return False
+    return await stream._skip(link, mv, rest)
 
 
 def rx_stalled(node, port, link):

@@ -20,7 +20,9 @@
 #                          buffer back), it consumes no bytes and raises
 #                          CancelledError unless the link closed (then 0).
 #   source()               optional: the peer's address of a link we
-#                          accepted (per-source admission, back-off), or None
+#                          accepted (per-source admission, back-off), or
+#                          None; a TcpLink's is read from its stream by
+#                          snake/guard.py (cold code), a BleLink has none
 #   async send(buf, n)     write buf[0:n] completely (the handshake; buf is a
 #                          bytearray the caller reuses as soon as send
 #                          returns: copy it if the transport keeps it).
@@ -164,22 +166,6 @@ class TcpLink:
         # written directly (try_send). CPython: None; reads through the
         # StreamReader, writes into the StreamWriter's transport.
         self._sock = getattr(reader, "s", None) if hasattr(writer, "awrite") else None
-
-    def source(self):
-        """The peer's address (host) of a link we accepted, for admission
-        (node.admit: per-source limits, back-off); None for a link we dialled.
-        The raw sockaddr of the MicroPython unix port gives its 4 address bytes."""
-        if self.outbound:
-            return None
-        try:
-            a = self.w.get_extra_info("peername")
-        except (KeyError, AttributeError, TypeError):
-            return None
-        if isinstance(a, tuple):
-            return a[0]
-        if isinstance(a, (bytes, bytearray)) and len(a) >= 8:
-            return bytes(a[4:8])
-        return None
 
     @property
     def name(self):

@@ -255,19 +255,12 @@ async def run(node, link, admitted=False):
                 if not node.rx_drop[port]:
                     raise
                 # Node._slow took the buffer back (a link waits for it): the
-                # partial frame is dropped and the rest read past without one
-                node.rx_drop[port] = 0
-                node.rx_since[port] = 0
+                # partial frame is dropped and the rest read past without
+                # one (guard.stalled gives the buffer back, counts a strike)
                 g = j
                 j = -1
-                pool.give(g)
-                if g >= pool.nsmall:
-                    node.owed()
-                node._guard().rx_stalled(node, port, link)
-                if node.links[port] is not link:
+                if not await node._guard().stalled(node, port, link, g, memoryview(hb), n - k):
                     reason = "slow"
-                    break
-                if not await _skip(link, memoryview(hb), n - k):
                     break
                 continue
             node.rx_since[port] = 0
