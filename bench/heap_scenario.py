@@ -101,12 +101,18 @@ class Filler(object):
                 self.connected += 1
         seq = int(time.time() * 1000)
         last_wakeup = 0.0
+        wake = 0
         while not self.stop.is_set():
             t0 = time.monotonic()
             seq += 1
-            wake = t0 - last_wakeup > WAKEUP_EVERY_S
-            if wake:
+            # every WAKEUP_EVERY_S four origins per peer, one a round:
+            # within a node's wakeup budget (router._WK_*), so each is
+            # verified and the wakeup filter fills
+            if t0 - last_wakeup > WAKEUP_EVERY_S:
                 last_wakeup = t0
+                wake = 4
+            elif wake:
+                wake -= 1
             for i, j, p in peers:
                 if p.closed:
                     continue
@@ -120,9 +126,8 @@ class Filler(object):
                     if await p.traffic_from(s.public, bytes.fromhex(self.targets[i][1]), pl):
                         self.sent["traffic"] += 1
                 if wake:
-                    for s in keys[:4]:
-                        if await p.wakeup_for(s, seq):
-                            self.sent["wakeup"] += 1
+                    if await p.wakeup_for(keys[4 - wake], seq):
+                        self.sent["wakeup"] += 1
             while time.monotonic() - t0 < ROUND_S and not self.stop.is_set():
                 await asyncio.sleep(0.1)
         for _, _, p in peers:
