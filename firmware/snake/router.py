@@ -673,7 +673,7 @@ class Router:
         # can change something (an early bootstrap not already due, or a
         # relay a link takes now) and within the port's and the node's
         # budget; a storm from fresh keys costs a few checks a second
-        if (not self._wakeup_useful(port) or not self._wakeup_budget(port, _WK_PORT_BURST, _WK_PORT_MS, now)
+        if (not self._wakeup_useful(port, f.hop_limit) or not self._wakeup_budget(port, _WK_PORT_BURST, _WK_PORT_MS, now)
                 or not self._wakeup_budget(0, _WK_NODE_BURST, _WK_NODE_MS, now)):
             c.drops[D_WAKEUP_BUDGET] += 1
             return
@@ -710,11 +710,14 @@ class Router:
                     c.relay_shed += 1
             p += 1
 
-    def _wakeup_useful(self, port):
-        """Could an accepted wakeup change anything now: an early bootstrap
-        not already due, or a relay that a link would take now?"""
+    def _wakeup_useful(self, port, hl):
+        """Could an accepted wakeup (hop limit hl) change anything now: an
+        early bootstrap not already due, or a relay that a link would take
+        now?"""
         if not self.bootstrap_soon:
             return True
+        if hl <= 1:
+            return False      # not relayed (below)
         q = self.tx_queued
         p = 1
         while p < len(self.up):

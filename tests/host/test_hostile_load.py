@@ -43,7 +43,8 @@ from host_tools import mp32
 from host_tools.errors import CliError
 from host_tools.mesh import ProcessMesh
 from host_tools.nodeproc import micropython_binary
-from snake import wire, wire_host
+from snake import wire
+from snakehost import wire_host
 from snake.crypto import Signer
 
 from test_node_fakepeer import FakePeer

@@ -73,8 +73,7 @@ async def start(args):
     del args[:]
     # every module the node runs, loaded now (stream.py: nothing new after boot)
     from snake.runtime.console import Console
-    from snake.runtime import guard     # noqa: F401  (cold: its qstrs now, its code dropped)
-    _unload("snake.runtime.guard")
+    platform.cold("snake.runtime.guard")    # its qstrs now; the code leaves with this call
     if profile.wifi:
         from snake.runtime import wifi
     radio = profile.ble or getattr(cfg, "ble_medium", None)

@@ -1,10 +1,11 @@
 # Defences against hostile peers that act only under attack or pressure
 # (node.py "Admission", "Receiving"): choosing and closing a pending
 # handshake to make room, back-off of a source, receive-stall strikes,
-# closing a slow link. Cold code: node.py and stream.py load it for one call
-# (Node._guard) and it leaves the heap again, so a node that is not under
-# attack holds none of it. It is imported once at boot (boot.start), so its
-# qstrs are interned then, not later (stream.py, "Nothing new after boot").
+# closing a slow link. Cold code (platform.cold): node.py loads it when a
+# defence acts and keeps it while the node is under pressure (Node._guard,
+# Node._slow), so a node that is not under attack holds none of it. It is
+# imported once at boot (boot.start), so its qstrs are interned then, not
+# later (stream.py, "Nothing new after boot").
 from snake.platform import ticks_diff, ticks_ms, ticks_add, const
 
 # Node.defence, by index (names: snake/report.py DEFENCE_NAMES)
@@ -201,7 +202,7 @@ async def stalled(node, port, link, j, mv, rest):
     buffer j back (Node._slow). Gives it back, counts a strike, then reads
     past the rest of the frame (rest bytes) into mv. False when the link is
     closed (too many strikes, or EOF)."""
-    from snake import stream
+    from snake.runtime import stream
     node.rx_drop[port] = 0
     node.rx_since[port] = 0
     pool = node.rxpool

@@ -22,7 +22,7 @@
 #   source()               optional: the peer's address of a link we
 #                          accepted (per-source admission, back-off), or
 #                          None; a TcpLink's is read from its stream by
-#                          snake/guard.py (cold code), a BleLink has none
+#                          snake/runtime/guard.py (cold code), a BleLink has none
 #   async send(buf, n)     write buf[0:n] completely (the handshake; buf is a
 #                          bytearray the caller reuses as soon as send
 #                          returns: copy it if the transport keeps it).

@@ -25,7 +25,7 @@
 # rest of that frame is read past without a buffer); a holder with no one
 # waiting may keep it up to RX_HOLD_MS. A link that stalls twice within
 # 30 s, or holds a buffer past RX_HOLD_MS, is closed ("slow") and its
-# source address refused for 30 s (snake/guard.py).
+# source address refused for 30 s (snake/runtime/guard.py).
 #
 # Admission (Node.admit, Node._slow): at most max_peers + 2 links at once
 # (links still in their handshake count). A handshake is "pending" until
@@ -34,7 +34,7 @@
 # takes the slot of the source holding the most, else of the oldest
 # pending handshake that has stalled (1 s), and the source of the one
 # closed is refused for 3 s; with half the slots pending, a handshake gets
-# 2 s instead of the full deadline (snake/guard.py, cold: loaded only
+# 2 s instead of the full deadline (snake/runtime/guard.py, cold: loaded only
 # when it acts); a source backed off (above) is refused. So one
 # source that reopens every closed socket holds two slots, not all, and an
 # honest peer's handshake (milliseconds) always finds one. Each refusal,
@@ -91,7 +91,7 @@ HANDSHAKE_TIMEOUT_MS = 10000
 _EXTRA_HANDSHAKES = const(2)
 RX_HOLD_MS = 5000        # a link holding a receive buffer this long is closed ("slow")
 _RX_STALL_MS = const(300)       # ... gives it back this soon (plus 1 ms per byte) while a link waits
-_N_DEFENCE = const(6)           # Node.defence (snake/guard.py DF_*)
+_N_DEFENCE = const(6)           # Node.defence (snake/runtime/guard.py DF_*)
 _FLUSH_MS = const(10)            # the flusher looks again this soon while a link is full
 
 
@@ -366,7 +366,7 @@ class Node:
         self.hs_link = [None] * R
         self.hs_t = [0] * R
         self.hs_n = 0
-        self.guard = None        # snake/guard.py while a defence is at work (Node._guard)
+        self.guard = None        # snake/runtime/guard.py while a defence is at work (Node._guard)
         # sources with receive stalls: strikes, when the last one was, and
         # until when the source is backed off (0: not backed off). Strikes
         # go by source, so a link that reconnects keeps them
@@ -439,8 +439,8 @@ class Node:
     def admit(self, link):
         """A new link may start its handshake: registered as pending (True)
         or refused (False, counted). Admission above: with nothing pending,
-        no source backed off and a free slot, at once; else snake/guard.py
-        decides."""
+        no source backed off and a free slot, at once; else
+        snake/runtime/guard.py decides."""
         if self.hs_n or self.bo_n or self.rx_out >= self.rx_max:
             return self._guard().admit(self, link)
         self.hs_link[0] = link
@@ -460,15 +460,12 @@ class Node:
             i += 1
 
     def _guard(self):
-        """snake/guard.py: loaded when a defence acts and kept while the node
-        is under pressure (Node._slow drops it when calm), then it leaves
-        the heap again."""
+        """snake/runtime/guard.py (platform.cold): loaded when a defence
+        acts and kept while the node is under pressure (Node._slow lets go
+        of it when calm), then it leaves the heap again."""
         g = self.guard
         if g is None:
-            from snake import guard as g
-            if platform.MICROPYTHON:
-                platform.unload("snake.guard")
-            self.guard = g
+            g = self.guard = platform.cold("snake.runtime.guard")
         return g
 
     # ---- links (called by stream.run) --------------------------------
