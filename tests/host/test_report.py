@@ -374,6 +374,15 @@ def faulty(spark, tmp_path_factory):
     recs.append({"v": 1, "kind": "counters", "t": 6.0, "node": ghost, "rx": {"traffic": 1}, "tx": {},
                  "drops": {}, "verify_done": 0, "verify_skipped": 0, "verify_cached": 0, "evictions": {},
                  "occupancy": {}, "mem_free": 50000})
+    # one node under a wakeup storm: its counters carry a growing `defence`
+    # map (as a node's telemetry does, node.py "Admission"/"Receiving")
+    stormed = truth["keys"]["g12"]
+    k = 0
+    for r in recs:
+        if r.get("kind") == "counters" and r.get("node") == stormed:
+            k += 1
+            r["defence"] = {"wakeup_budget": 400 * k, "relay_shed": k, "rx_stall": 0}
+    truth["stormed"] = (stormed, 400 * k, k)
     recs.sort(key=lambda r: r["t"])
     return _analyze(spark, recs, str(d / "out")) + (truth, ghost)
 
@@ -399,8 +408,13 @@ def test_faulty_synthetic_capture_reads_degraded_with_the_bad_nodes_first(faulty
     path, level, reasons, truth, ghost = faulty
     codes = dict((x["code"], x["level"]) for x in reasons)
     assert level == "degraded", reasons
-    for code in ("snake", "delivery", "drops", "restart", "flapping", "sanity", "unknown"):
+    for code in ("snake", "delivery", "drops", "restart", "flapping", "sanity", "unknown", "attack"):
         assert codes.get(code) == "degraded", (code, codes)
+    # the attack is named, with the node, from the telemetry's defence counters
+    stormed, budget, shed = truth["stormed"]
+    att = [x for x in reasons if x["code"] == "attack"]
+    assert len(att) == 1 and "wakeup storm" in att[0]["text"] and att[0]["nodes"] == [stormed], att
+    assert "wakeup_budget %d" % budget in att[0]["text"] and "relay_shed %d" % shed in att[0]["text"], att
     page = _page(path)
     rows = re.findall(r"<tr class='(\w+)' data-node='(\w+)'>", page)
     stuck = truth["stuck_node"]
