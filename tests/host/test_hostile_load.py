@@ -39,10 +39,10 @@ import time
 
 import pytest
 
-from host_tools import mp32
+from host_tools.procmesh import mp32
 from host_tools.errors import CliError
-from host_tools.mesh import ProcessMesh
-from host_tools.nodeproc import micropython_binary
+from host_tools.procmesh.mesh import ProcessMesh
+from host_tools.procmesh.nodeproc import micropython_binary
 from snake import wire
 from snakehost import wire_host
 from snake.crypto import Signer
