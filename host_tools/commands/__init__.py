@@ -12,6 +12,7 @@ COMMAND_MODULES = [
     "node",       # snakemesh node (unix-port firmware node)
     "sim",        # snakemesh sim (virtual-time simulator)
     "mesh",       # snakemesh mesh (process mesh)
+    "plan",       # snakemesh plan (capacity planner)
     "analyze",    # snakemesh analyze, report (Spark pipeline)
     "demo",       # snakemesh demo
 ]

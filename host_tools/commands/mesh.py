@@ -55,7 +55,7 @@ def run_mesh(args, progress=say):
     args.topology = topofiles.resolve(args.topology)
     os.makedirs(args.out, exist_ok=True)
     from host_tools.commands.sim import profile_options
-    hub, node_profiles = profile_options(args)
+    hub, node_profiles, root = profile_options(args)
     rnd = random.Random(args.seed)
     summary = {}
     micropython = micropython_arg(getattr(args, "micropython", None))

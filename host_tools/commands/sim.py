@@ -61,7 +61,12 @@ def add_profile_options(p):
                    help="profile of every node with more links than the base profile's "
                         "max_peers (e.g. GATEWAY)")
     p.add_argument("--node-profile", action="append", default=[], metavar="NAME=PROFILE",
-                   help="profile of one node (repeatable; wins over --hub-profile)")
+                   help="profile of one node (repeatable; wins over --hub-profile and "
+                        "--profile-map)")
+    p.add_argument("--profile-map", metavar="FILE",
+                   help="profiles of single nodes from a file of 'NAME PROFILE' lines, as "
+                        "`snakemesh plan` writes it (wins over --hub-profile); a line "
+                        "'NAME PROFILE root' makes the keys put that node at the root")
     p.add_argument("--gateway-root", action="store_true",
                    help="node keys by the provisioning policy 'a gateway is the root': nodes on a "
                         "root-candidate profile (GATEWAY) get keys above every other node's, as "
@@ -69,13 +74,22 @@ def add_profile_options(p):
 
 
 def profile_options(args):
-    """(hub profile, {node: profile}) from the parsed options, checked:
-    UsageError/InputError with one line on a bad value."""
+    """(hub profile, {node: profile}, root node or None) from the parsed
+    options, checked: UsageError/InputError with one line on a bad value.
+    The root is the profile map's node marked root."""
     from host_tools.sim import profiles as PR
     try:
         node_profiles = PR.parse_node_profiles(args.node_profile)
     except PR.ProfileSpecError as e:
         raise UsageError(str(e))
+    root = None
+    if getattr(args, "profile_map", None):
+        try:
+            mapped, root = PR.load_profile_map(args.profile_map)
+        except PR.ProfileSpecError as e:
+            raise InputError(str(e))
+        mapped.update(node_profiles)
+        node_profiles = mapped
     loaded = []
     try:
         for spec in [args.profile, args.hub_profile] + sorted(set(node_profiles.values())):
@@ -89,7 +103,10 @@ def profile_options(args):
             raise UsageError("--gateway-root needs a root-candidate profile (%s) in the mesh: "
                              "--hub-profile GATEWAY or --node-profile NAME=GATEWAY"
                              % ", ".join(keystore.ROOT_CANDIDATE_PROFILES))
-    return args.hub_profile, node_profiles
+    if root is not None and getattr(args, "gateway_root", False):
+        raise UsageError("--gateway-root and a profile map with a root are two root policies: "
+                         "give one")
+    return args.hub_profile, node_profiles, root
 
 
 def run(args):
@@ -115,7 +132,7 @@ def run(args):
             overrides[k] = json.loads(v)
         except ValueError:
             overrides[k] = v
-    hub, node_profiles = profile_options(args)
+    hub, node_profiles, root = profile_options(args)
     if args.crash_detect_ms == "keepalive":
         crash = None
     else:
@@ -133,7 +150,7 @@ def run(args):
                        progress=None if args.quiet else sys.stderr,
                        telemetry=not args.no_telemetry, profile_set=overrides,
                        hop_limit=args.hop_limit, hub_profile=hub, node_profiles=node_profiles,
-                       gateway_root=args.gateway_root)
+                       gateway_root=args.gateway_root, root_node=root)
     except (runner.RunError, MeshError) as e:
         raise InputError(str(e))
     print(runner.summary_line(s))

@@ -100,7 +100,7 @@ class Mesh(TransportMixin, ProbingMixin, FaultsMixin, SamplingMixin):
                  crash_detect_ms=0, reconnect_ms=2000, start_spread_ms=500, tick_ms=250,
                  tick_base_ms=0, probe_timeout_ms=5000, hop_limit=None, strict=True,
                  router_class=None, hub_profile=None, node_profiles=None, verify_memo=True,
-                 joins=(), gateway_root=False):
+                 joins=(), gateway_root=False, root_node=None):
         self.topology = as_topology(topology)
         self.seed = seed
         self.profile = load_profile(profile)
@@ -129,6 +129,11 @@ class Mesh(TransportMixin, ProbingMixin, FaultsMixin, SamplingMixin):
         # gateway_root: keys by the provisioning policy "a gateway is the
         # root" (sim/keys.py), which needs a root-candidate profile (GATEWAY)
         self.root_policy = bool(gateway_root)
+        # root_node: keys by the same policy with one named node as the only
+        # root candidate (a profile map's root, as `snakemesh plan` places it)
+        self.root_node = root_node
+        if root_node is not None and root_node not in self.topology.names:
+            raise MeshError("profile map: the root %r is no node of the topology" % (root_node,))
         if gateway_root and not policy_in_force([self.profile, self._hub] +
                                                 list(self.node_profiles.values())):
             raise MeshError("--gateway-root needs a root-candidate profile (%s) in the mesh: "
@@ -207,8 +212,11 @@ class Mesh(TransportMixin, ProbingMixin, FaultsMixin, SamplingMixin):
         if name in self.nodes_by_name:
             raise MeshError("node %s exists already" % name)
         prof = self.node_profiles.get(name, self.profile)
-        signer = make_signer(self.seed, name,
-                             is_root_candidate(prof) if self.root_policy else None)
+        if self.root_node is not None:
+            root = name == self.root_node
+        else:
+            root = is_root_candidate(prof) if self.root_policy else None
+        signer = make_signer(self.seed, name, root)
         key = bytes(signer.public)
         if key in self.names:
             raise MeshError("key collision between %s and %s" % (name, self.names[key]))

@@ -108,3 +108,55 @@ def assign(names, degree, base, hub=None, node_profiles=None, later=()):
 def profile_name(p):
     """The name a profile reports (its "name" key)."""
     return getattr(p, "name", None) or "?"
+
+
+ROOT_MARK = "root"
+
+
+def parse_profile_map(text, source="<profile map>"):
+    """({name: profile spec}, root name or None) from a profile map: one
+    ``NAME PROFILE`` line per node that does not run the base profile,
+    ``NAME PROFILE root`` for the node the keys make the tree's root
+    (`snakemesh plan` writes it; at most one), ``#`` comments and blank
+    lines ignored. ProfileSpecError names the file and line."""
+    out = {}
+    root = None
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        where = "%s:%d" % (source, lineno)
+        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != ROOT_MARK):
+            raise ProfileSpecError("%s: expected 'NAME PROFILE' or 'NAME PROFILE root', got %r"
+                                   % (where, line))
+        name, prof = parts[0], parts[1]
+        if name in out and out[name] != prof:
+            raise ProfileSpecError("%s: node %s given twice (%s, %s)" % (where, name, out[name], prof))
+        out[name] = prof
+        if len(parts) == 3:
+            if root is not None and root != name:
+                raise ProfileSpecError("%s: a second root (%s; %s is one already)" % (where, name, root))
+            root = name
+    return out, root
+
+
+def load_profile_map(path):
+    """parse_profile_map of a file; ProfileSpecError (one line) when it
+    cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProfileSpecError("cannot read profile map %s: %s"
+                               % (path, getattr(e, "strerror", None) or e))
+    return parse_profile_map(text, os.path.basename(path))
+
+
+def format_profile_map(assignment, root=None, header=()):
+    """Text of a profile map: {name: profile name}, sorted by name; the
+    root (if any) marked."""
+    lines = ["# %s" % h for h in header]
+    for name in sorted(assignment):
+        lines.append("%s %s%s" % (name, assignment[name], " " + ROOT_MARK if name == root else ""))
+    return "\n".join(lines) + "\n"

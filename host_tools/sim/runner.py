@@ -30,7 +30,7 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
         pings=20, state_interval=1.0, counters_interval=5.0, truth_interval_ms=250,
         crash_detect_ms=0, link_defaults=None, progress=None, telemetry=True,
         profile_set=None, hop_limit=None, hub_profile=None, node_profiles=None,
-        gateway_root=False):
+        gateway_root=False, root_node=None):
     """Run one simulation. `topology` is a path (or a Topology), `generate`
     a generator spec (grid:WxH, rgg:N[:R], ba:N:M); exactly one of them.
     Returns a summary dict (also the "summary" of truth.json, plus wall
@@ -41,7 +41,9 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
     profile's max_peers; `node_profiles`: {node name: profile} (wins over
     the hub rule); `hop_limit`: hop limit of probe traffic (default: the
     sending node's profile traffic_hop_limit); `gateway_root`: node keys by
-    the provisioning policy "a gateway is the root" (host_tools/sim/keys.py)."""
+    the provisioning policy "a gateway is the root" (host_tools/sim/keys.py);
+    `root_node`: the same policy with that node the only root candidate
+    (a profile map's root)."""
     if (topology is None) == (generate is None):
         raise RunError("give either a topology file or a generator")
     if not duration > 0:
@@ -93,7 +95,7 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
                         crash_detect_ms=crash_detect_ms, link_defaults=link_defaults,
                         hop_limit=hop_limit, strict=False, hub_profile=hub_profile,
                         node_profiles=node_profiles, gateway_root=gateway_root,
-                        joins=[ev.args[0] for ev in events if ev.action == "join" and ev.args])
+                        root_node=root_node, joins=[ev.args[0] for ev in events if ev.action == "join" and ev.args])
         except ProfileError as e:
             raise RunError(str(e))
         mesh.keep_results = True
@@ -161,6 +163,7 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
             "pings": pings, "profile": mesh.profile.as_dict(), "hop_limit": mesh.hop_limit,
             "hub_profile": _spec_name(hub_profile),
             "gateway_root": bool(gateway_root),
+            "root_node": root_node,
             "node_profiles": node_labels, "profiles": profiles_used,
             "link_defaults": LINK_DEFAULTS, "link_overrides": link_defaults,
             "tick_ms": mesh.tick_us / 1000.0, "crash_detect_ms": crash_detect_ms,

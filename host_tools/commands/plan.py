@@ -1,0 +1,161 @@
+"""`snakemesh plan`: which boards a mesh needs where (docs/CAPACITY.md
+"Planning a mesh").
+
+    snakemesh plan --generate rgg:1000 --seed 1 --profile ESP32_GENERIC \\
+        --upgrade ESP32_SPIRAM,GATEWAY --out out/plan
+    snakemesh sim --topology out/plan/topology.txt --profile ESP32_GENERIC \\
+        --profile-map out/plan/profiles.txt --duration 150 --seed 2 --out out/run
+
+Writes DIR/profiles.txt (``NAME PROFILE`` per upgraded node, the root marked
+``root``), DIR/topology.txt (the graph planned for) and DIR/plan.json (every
+node's measured need); prints the bill of materials on stdout, progress on
+stderr. Exit 3 with one line when no assignment exists.
+"""
+import json
+import os
+import sys
+
+from host_tools.errors import CliError, InputError, UsageError
+
+
+class NoPlan(CliError):
+    exit_code = 7
+
+
+def register(subparsers):
+    p = subparsers.add_parser(
+        "plan", help="capacity planner: which nodes need a larger board",
+        description="Find where a mesh's load lands (the simulator's run of it, over several "
+                    "key draws, with the root placed at the graph's centre) and give each node "
+                    "the cheapest profile of --profile and --upgrade that holds its load with "
+                    "margin; write DIR/profiles.txt for sim/mesh --profile-map.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--topology", metavar="FILE|NAME", help="topology file or a shipped one by name")
+    src.add_argument("--generate", metavar="SPEC", help="generated topology: grid:WxH, rgg:N[:R], ba:N:M")
+    p.add_argument("--seed", type=int, default=1, help="generator seed (default %(default)s)")
+    p.add_argument("--profile", required=True, metavar="BASE", help="the board most nodes are")
+    p.add_argument("--upgrade", required=True, metavar="P1[,P2...]",
+                   help="larger profiles, cheapest first")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
+    p.add_argument("--draws", type=int, default=2, metavar="K",
+                   help="key draws simulated (default %(default)s)")
+    p.add_argument("--duration", type=float, default=60.0, metavar="SECONDS",
+                   help="virtual seconds per draw (default %(default)s)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=run)
+
+
+def run(args):
+    from host_tools.sim import planner as PL
+    from host_tools.sim import profiles as PR
+    from host_tools import topofiles
+    if args.draws < 1:
+        raise UsageError("--draws must be >= 1")
+    if args.duration <= 0:
+        raise UsageError("--duration must be > 0")
+    upgrades = [u.strip() for u in args.upgrade.split(",") if u.strip()]
+    if not upgrades:
+        raise UsageError("--upgrade needs at least one profile")
+    progress = None if args.quiet else sys.stderr
+    try:
+        topo_path = topofiles.resolve(args.topology) if args.topology is not None else None
+        topo = PL.load_topology(topo_path, args.generate, args.seed)
+        ladder = PL.ladder_of(args.profile, upgrades)
+        root_prof = PL.root_choice(ladder)
+        if progress:
+            print("plan: %d nodes, %d links; finding the centre" % (len(topo), len(topo.edges)),
+                  file=progress, flush=True)
+        root, ecc, dist = PL.centre(topo)
+        if progress:
+            print("plan: root %s (eccentricity %d) on %s" % (root, ecc, root_prof.name),
+                  file=progress, flush=True)
+    except PL.PlanError as e:
+        raise InputError(str(e))
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as e:
+        raise InputError("cannot create output folder %s: %s" % (args.out, e.strerror or e))
+    with open(os.path.join(args.out, "topology.txt"), "w", encoding="utf-8", newline="\n") as f:
+        f.write(topo.to_text())
+    try:
+        PL.depth_bound(dist, ladder, root)
+        needs, runs = PL.measure(topo, ladder[0], root, root_prof, args.draws, args.duration,
+                                 progress)
+        assignment, why = PL.assign(needs, ladder, root, root_prof)
+    except PL.NoAssignment as e:
+        _remove(os.path.join(args.out, "profiles.txt"))
+        raise NoPlan(e.line)
+    source = args.topology or ("generate:%s seed %d" % (args.generate, args.seed))
+    header = ["snakemesh plan: %s, base %s, upgrades %s" % (source, ladder[0].name,
+                                                            ",".join(upgrades)),
+              "root %s: keys put it highest (snakemesh keygen --profile %s on the board)"
+              % (root, root_prof.name)]
+    with open(os.path.join(args.out, "profiles.txt"), "w", encoding="utf-8", newline="\n") as f:
+        f.write(PR.format_profile_map(assignment, root, header))
+    plan = {
+        "source": source, "base": ladder[0].name, "upgrades": upgrades, "root": root,
+        "root_eccentricity": ecc, "runs": runs,
+        "assignment": assignment, "binding": why,
+        "needs": {n: {"routes": nd.routes, "depth": nd.depth, "hops": nd.hops,
+                      "ports": nd.peers, "cuts_off": nd.cut} for n, nd in sorted(needs.items())},
+    }
+    with open(os.path.join(args.out, "plan.json"), "w", encoding="utf-8", newline="\n") as f:
+        json.dump(plan, f, sort_keys=True, indent=1)
+        f.write("\n")
+    print(bill(topo, ladder, assignment, why, needs, root, runs, args.out))
+    return 0
+
+
+def _remove(path):
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def bill(topo, ladder, assignment, why, needs, root, runs, out):
+    """The bill of materials as text."""
+    n = len(topo)
+    counts = {p.name: 0 for p in ladder}
+    for name in topo.names:
+        counts[assignment.get(name, ladder[0].name)] += 1
+    up = len(assignment)
+    lines = ["plan: %d nodes: %s; %d upgraded (%.1f %%); root %s"
+             % (n, ", ".join("%d %s" % (counts[p.name], p.name) for p in ladder), up,
+                100.0 * up / n, root)]
+    for p in ladder[1:]:
+        names = sorted(k for k, v in assignment.items() if v == p.name)
+        if not names:
+            continue
+        lines.append("  %s (%d):" % (p.name, len(names)))
+        by = {}
+        for k in names:
+            by.setdefault(why[k], []).append(k)
+        for table in sorted(by):
+            ks = by[table]
+            shown = ", ".join("%s (%s)" % (k, _need_short(needs[k])) for k in ks[:12])
+            more = " and %d more" % (len(ks) - 12) if len(ks) > 12 else ""
+            lines.append("    %s binds on %s: %s%s" % (table, ladder[0].name, shown, more))
+    lines.append("  binding table on %s: %s" % (
+        ladder[0].name, ", ".join("%s %d" % (t, c) for t, c in
+                                  sorted(_count(why.values()).items())) or "none"))
+    lines.append("  measured over %d key draws: %s" % (len(runs), "; ".join(
+        "converged %s, %d links refused, %d components, wall %.0f s"
+        % ("at %.0f s" % r["converged_s"] if r["converged_s"] is not None else "no",
+           r["refused_links"], r["components"], r["wall_s"]) for r in runs)))
+    lines.append("  wrote %s" % os.path.join(out, "profiles.txt"))
+    return "\n".join(lines)
+
+
+def _need_short(nd):
+    s = "r%d d%d h%d" % (nd.routes, nd.depth, nd.hops)
+    if nd.peers:
+        s += " p%d" % nd.peers
+    return s
+
+
+def _count(xs):
+    out = {}
+    for x in xs:
+        out[x] = out.get(x, 0) + 1
+    return out

@@ -1,0 +1,283 @@
+"""Capacity planner: which boards a mesh needs where (``snakemesh plan``).
+
+How it finds where the load lands (docs/CAPACITY.md "Planning a mesh"):
+
+1. The root. The tree's root is the node with the highest key, and where it
+   sits decides every node's depth and where bootstraps concentrate (they
+   climb towards it). A root anywhere would put some node a diameter deep,
+   so the plan places it: the graph's centre (least eccentricity, then the
+   least total distance), with keys by the provisioning policy "a gateway
+   is the root" restricted to that node (profiles.txt marks it ``root``;
+   `sim`/`mesh --profile-map` draw keys so it holds the highest one, on a
+   board `snakemesh keygen --profile GATEWAY` does). Every other key is
+   random, so the load below is measured over several key draws.
+2. A quick bound before any simulation: a node's depth is at least its
+   distance from the root; a node farther than every profile's ``max_hops``
+   cannot be carried by any assignment.
+3. The load: the simulator runs the mesh (the shipped router cores) for
+   each key draw with every table large (nothing refused) but the base
+   profile's ports (so links a board would refuse are refused, and paths
+   run where they will run), the root on the upgrade that is a root
+   candidate. Per node it records, over the second half of the run (once
+   the tree has formed: while it forms, entries of earlier roots and the
+   announcements of every peer come and go, and a full table only forgets
+   them sooner), the most route entries, hop-pool entries and the deepest
+   depth, and whether refusing links cut anyone off; the need is the
+   largest over the draws.
+4. Each node gets the first profile of [BASE] + upgrades (cheapest first,
+   as given) whose tables hold its need with margin (routes x `margin`:
+   other key draws move bootstrap paths; depth + `depth_margin`; the hop
+   pool as measured: a full pool forgets a non-parent announcement, counted; ports for every link when its refusals
+   cut a node off). A node no profile holds makes the plan fail, naming what
+   would.
+"""
+import collections
+import time
+
+from host_tools.sim import profiles as PR
+from host_tools.sim import topology as T
+
+ROUTES_MARGIN = 1.25
+DEPTH_MARGIN = 2
+LARGE = {"max_routes": 4096, "route_hints": 0, "max_hops": 128, "hop_pool": 2048,
+         "frame_max": 16384}
+
+
+class PlanError(ValueError):
+    """Bad plan input (the message is one line for the user)."""
+
+
+class NoAssignment(Exception):
+    """No profile holds some node's load: .line is the one-line verdict."""
+
+    def __init__(self, line, need=None):
+        Exception.__init__(self, line)
+        self.line = line
+        self.need = need
+
+
+def bfs(adj, src):
+    """{node: hops from src} over adjacency lists."""
+    dist = {src: 0}
+    q = collections.deque([src])
+    while q:
+        u = q.popleft()
+        du = dist[u] + 1
+        for v in adj[u]:
+            if v not in dist:
+                dist[v] = du
+                q.append(v)
+    return dist
+
+
+def centre(topo):
+    """(name, eccentricity, {node: distance}) of the node with the least
+    eccentricity (ties: least total distance, then name)."""
+    adj = topo.adjacency()
+    best = None
+    for name in topo.names:
+        d = bfs(adj, name)
+        if len(d) < len(adj):
+            raise PlanError("the topology is not connected (%d of %d nodes reachable from %s)"
+                            % (len(d), len(adj), name))
+        k = (max(d.values()), sum(d.values()), name)
+        if best is None or k < best[0]:
+            best = (k, d)
+    return best[0][2], best[0][0], best[1]
+
+
+def _large(prof):
+    """The profile with every table large and its own ports."""
+    from snake.profile import Profile
+    d = prof.as_dict()
+    for k, v in LARGE.items():
+        d[k] = max(v, d.get(k) or 0)
+    d["name"] = prof.name
+    return Profile(d)
+
+
+class Need(object):
+    __slots__ = ("routes", "hops", "depth", "peers", "cut")
+
+    def __init__(self):
+        self.routes = 0
+        self.hops = 0
+        self.depth = 0
+        self.peers = 0          # links it must take (its degree) when refusing cuts a node off
+        self.cut = 0            # nodes its refusals cut off (largest over the draws)
+
+
+def measure(topo, base, root, root_profile, draws, duration, progress=None, seed0=1000):
+    """{node: Need} over `draws` key draws (seeds seed0+1..), each a
+    simulator run of `duration` virtual seconds; returns (needs, runs) with
+    runs a list of per-draw facts (converged time, refused links)."""
+    from host_tools.sim.harness import Mesh
+    from host_tools.sim.engine import US_PER_S
+    from snake import report
+    big = _large(base)
+    big_root = _large(root_profile)
+    adj = topo.adjacency()
+    needs = {n: Need() for n in topo.names}
+    runs = []
+    settle = duration / 2.0
+    for k in range(draws):
+        seed = seed0 + k + 1
+        wall0 = time.monotonic()
+        mesh = Mesh(topo, seed=seed, profile=big, strict=False, node_profiles={root: big_root},
+                    root_node=root, verify_memo=True)
+        depth_seen = {}
+        first = None
+        t = 0.0
+        step = 1.0
+        while t < duration:
+            t = round(t + step, 6)
+            mesh._run(int(t * US_PER_S))
+            conv = mesh.converged()
+            if first is None and conv:
+                first = t
+            if t >= settle:
+                for n in mesh._nodes:
+                    if not n.alive:
+                        continue
+                    r = n.router
+                    nd = needs[n.name]
+                    c = r.snake.routes.count
+                    if c > nd.routes:
+                        nd.routes = c
+                    h = r.tree.pool.count
+                    if h > nd.hops:
+                        nd.hops = h
+                    d = len(report.coords(r))
+                    if d > depth_seen.get(n.name, 0):
+                        depth_seen[n.name] = d
+            if progress is not None and (abs(t % 5.0) < 1e-9 or t >= duration):
+                print("plan: draw %d/%d  %5.1f/%g s virtual  converged=%s  wall %.0f s"
+                      % (k + 1, draws, t, duration, "yes" if conv else "no",
+                         time.monotonic() - wall0), file=progress, flush=True)
+        for name, d in depth_seen.items():
+            if d > needs[name].depth:
+                needs[name].depth = d
+        # links refused for want of ports: does the graph of the links that
+        # came up leave anyone cut off? Then the refusing ends need a port
+        # for every link.
+        comps = mesh.components()
+        main = max(comps, key=len)
+        in_main = set(n.name for n in main)
+        refused = [l for l in mesh.links() if l.blocked]
+        for l in refused:
+            a, b = l.a.name, l.b.name
+            if (a in in_main) != (b in in_main):
+                outside = b if a in in_main else a
+                refuser = a if a in in_main else b
+                cut = len(next(c for c in comps if any(x.name == outside for x in c)))
+                nd = needs[refuser]
+                nd.peers = max(nd.peers, len(adj[refuser]))
+                nd.cut = max(nd.cut, cut)
+        runs.append({"seed": seed, "converged_s": first, "refused_links": len(refused),
+                     "components": len(comps), "wall_s": round(time.monotonic() - wall0, 1)})
+    return needs, runs
+
+
+def fits(prof, need, margin=ROUTES_MARGIN, depth_margin=DEPTH_MARGIN):
+    """The first table of prof that does not hold need (None = it fits)."""
+    if need.routes * margin > prof.max_routes:
+        return "routes"
+    if need.depth + depth_margin > prof.max_hops:
+        return "depth"
+    if need.hops > prof.hop_pool:
+        return "hops"
+    if need.peers > prof.max_peers:
+        return "peers"
+    return None
+
+
+def requirement(need, margin=ROUTES_MARGIN, depth_margin=DEPTH_MARGIN):
+    """What a profile needs to hold `need` (for the no-assignment line)."""
+    import math
+    out = ["max_routes >= %d" % int(math.ceil(need.routes * margin)),
+           "max_hops >= %d" % (need.depth + depth_margin),
+           "hop_pool >= %d" % need.hops]
+    if need.peers:
+        out.append("max_peers >= %d" % need.peers)
+    return ", ".join(out)
+
+
+def assign(needs, ladder, root=None, root_profile=None, margin=ROUTES_MARGIN,
+           depth_margin=DEPTH_MARGIN):
+    """({node: profile name} for the nodes above the base, {node: binding
+    table on the base}) with `ladder` = [base] + upgrades (Profile objects,
+    cheapest first). The root gets `root_profile` if given and it holds its
+    need. NoAssignment when no profile holds some node."""
+    out = {}
+    why = {}
+    for name in sorted(needs):
+        nd = needs[name]
+        binding = fits(ladder[0], nd, margin, depth_margin)
+        if name == root and root_profile is not None and fits(root_profile, nd, margin,
+                                                               depth_margin) is None:
+            out[name] = root_profile.name
+            why[name] = binding or "root"
+            continue
+        if binding is None:
+            continue
+        for prof in ladder[1:]:
+            if fits(prof, nd, margin, depth_margin) is None:
+                out[name] = prof.name
+                why[name] = binding
+                break
+        else:
+            biggest = ladder[-1]
+            raise NoAssignment(
+                "no assignment: node %s needs %s, more than any of %s holds "
+                "(%s binds on %s); would: a profile with %s"
+                % (name, _need_text(nd), ", ".join(p.name for p in ladder),
+                   fits(biggest, nd, margin, depth_margin), biggest.name,
+                   requirement(nd, margin, depth_margin)), nd)
+    return out, why
+
+
+def _need_text(nd):
+    s = "%d routes, depth %d, %d hops" % (nd.routes, nd.depth, nd.hops)
+    if nd.peers:
+        s += ", %d ports (refusing cuts off %d nodes)" % (nd.peers, nd.cut)
+    return s
+
+
+def depth_bound(dist, ladder, root, depth_margin=DEPTH_MARGIN):
+    """NoAssignment when a node's distance from the root exceeds the
+    deepest profile: no simulation needed to know."""
+    deepest = max(ladder, key=lambda p: p.max_hops)
+    far = max(dist, key=lambda n: (dist[n], n))
+    if dist[far] + depth_margin > deepest.max_hops:
+        raise NoAssignment(
+            "no assignment: node %s is %d hops from the best root %s (the graph's "
+            "centre), deeper than any of %s holds (max_hops %d on %s); would: a profile "
+            "with max_hops >= %d, or links that shorten the graph"
+            % (far, dist[far], root, ", ".join(p.name for p in ladder), deepest.max_hops,
+               deepest.name, dist[far] + depth_margin))
+
+
+def load_topology(topology=None, generate=None, seed=1):
+    try:
+        if generate is not None:
+            return T.generate(generate, seed)
+        return T.load(topology)
+    except T.TopologyError as e:
+        raise PlanError(str(e))
+
+
+def ladder_of(base, upgrades):
+    try:
+        return [PR.load(base)] + [PR.load(u) for u in upgrades]
+    except PR.ProfileSpecError as e:
+        raise PlanError(str(e))
+
+
+def root_choice(ladder):
+    """The upgrade the root runs: the first root candidate of the upgrades
+    (GATEWAY: its key is ground on the host), else the last upgrade."""
+    from host_tools import keystore
+    for p in ladder[1:]:
+        if keystore.is_root_candidate(p):
+            return p
+    return ladder[-1]
