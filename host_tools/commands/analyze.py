@@ -92,10 +92,33 @@ def run_analyze(args):
             _pct(s["table_occupancy_max"]), s["evictions"], s["drops_total"], s["anomalies"]),
         "wrote %s (summary.json, Parquet tables) in %.1f s" % (s["out"], s["wall_time_s"]),
     ]
+    lines[2:2] = _links_and_truth(s)
     print("\n".join(lines))
     if args.report:
         _report(s["out"])
     return 0
+
+
+def _links_and_truth(s):
+    """Lines on the links judged against (when some did not come up) and on
+    the simulator's own truth for the same run (a sim folder), so the two
+    verdicts can be read side by side."""
+    out = []
+    conf, up = s.get("topology_links_configured"), s.get("topology_links")
+    if conf is not None and up is not None and conf > up:
+        out.append("judged on the %d links up at the end (%d of the topology's %d did not come up: "
+                   "refused for want of ports or down), %s component%s"
+                   % (up, conf - up, conf, s.get("components_at_end"),
+                      "" if s.get("components_at_end") == 1 else "s"))
+    g = s.get("ground_truth") or {}
+    if g.get("converged_at_end") is not None:
+        conv = ("converged at %s s (held from %s s)" % (_fmt(g.get("first_convergence_s")),
+                                                          _fmt(g.get("converged_s")))
+                if g.get("converged_at_end") else "not converged at the end")
+        out.append("simulator's truth: %s, snake correct at end %s, delivery %s%s"
+                   % (conv, _pct(g.get("snake_correct_ratio_final")), _pct(g.get("delivery_ratio")),
+                      "; %d links refused" % g["links_refused"] if g.get("links_refused") else ""))
+    return out
 
 
 def _report(out):

@@ -883,12 +883,17 @@ def _assemble(spark, out, opts, v):
     if run["tree_converged_s"] is None:
         counts = {}
         alive = [n for n in nodes if per_node.get(n) and n not in down[-1]]
+        end_comp = comps[-1] if comps else {}
         for n in alive:
-            x = per_node[n]["final"]["value"]
+            x = (end_comp.get(n, n), per_node[n]["final"]["value"])
             counts[x] = counts.get(x, 0) + 1
+        majors = {}
+        for (c, x) in sorted(counts):
+            if c not in majors or counts[(c, x)] > counts[(c, majors[c])]:
+                majors[c] = x
         if counts:
-            major = max(sorted(counts), key=lambda x: counts[x])
             for n in alive:
+                major = majors[end_comp.get(n, n)]
                 if per_node[n]["final"]["value"] != major:
                     anomalies.append({"node": n, "name": names.get(n), "anomaly": "tree_not_converged",
                                       "value": 0.0, "detail": "final root %s, most nodes on %s"
@@ -992,6 +997,8 @@ def _assemble(spark, out, opts, v):
         "bucket_s": bucket,
         "topology_source": v["topo_source"],
         "topology_links": len(epochs[-1].edges),
+        "topology_links_configured": _links_in(info.topology),
+        "components_at_end": run.get("components_at_end"),
         "epochs": v["per_epoch"],
         "tree_converged_s": run["tree_converged_s"],
         "snake_converged_s": run["snake_converged_s"],
@@ -1038,6 +1045,18 @@ def _assemble(spark, out, opts, v):
         "spark_jobs": v["jobs"],
     }
     return summary
+
+
+def _links_in(path):
+    """Number of links of a topology file (the configured graph beside
+    the telemetry), None without one or when it cannot be read."""
+    if not path:
+        return None
+    try:
+        _names, edges = topology.read_topology_file(path)
+    except InputError:      # reported where the file is used; here only a count
+        return None
+    return len(edges)
 
 
 def _day(t):

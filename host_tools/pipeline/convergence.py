@@ -277,7 +277,14 @@ def rollup(by_scope, nodes, epochs, comps, t_start, t_end, has_topology=True):
             return None
         return max(scope_rows[m]["snake_since"] for m in members)
 
-    t_tree = tree_held(whole, alive_end)
+    # a mesh whose links did not all come up (ports full, partitions) may
+    # end in several components: each agrees on its own root, as in the
+    # simulator's truth (judged on the links that came up)
+    end_groups = {}
+    for m in alive_end:
+        end_groups.setdefault(comps[-1].get(m, m) if comps else m, []).append(m)
+    held = [tree_held(whole, members) for members in end_groups.values()]
+    t_tree = None if not held or any(x is None for x in held) else max(held)
     t_snake = snake_held(whole, alive_end)
     correct_final = sum(1 for m in alive_end if m in whole and whole[m]["final"].get("correct"))
     run = {
@@ -288,6 +295,7 @@ def rollup(by_scope, nodes, epochs, comps, t_start, t_end, has_topology=True):
         "snake_correct_final": correct_final,
         "snake_correct_ratio_final": (correct_final / float(n)) if n else None,
         "nodes_down_at_end": len(down[-1]),
+        "components_at_end": len(end_groups),
     }
     per_epoch = []
     for i, ep in enumerate(epochs):

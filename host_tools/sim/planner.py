@@ -178,13 +178,19 @@ def measure(topo, base, root, root_profile, draws, duration, progress=None, seed
     return needs, runs
 
 
+def hop_pool(prof):
+    """The hop pool a router of this profile has (0 in a profile: 2 x
+    max_hops + 2 x max_peers, as snake/tree.py sizes it)."""
+    return prof.hop_pool or 2 * prof.max_hops + 2 * prof.max_peers
+
+
 def fits(prof, need, margin=ROUTES_MARGIN, depth_margin=DEPTH_MARGIN):
     """The first table of prof that does not hold need (None = it fits)."""
     if need.routes * margin > prof.max_routes:
         return "routes"
     if need.depth + depth_margin > prof.max_hops:
         return "depth"
-    if need.hops > prof.hop_pool:
+    if need.hops > hop_pool(prof):
         return "hops"
     if need.peers > prof.max_peers:
         return "peers"

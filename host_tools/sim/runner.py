@@ -136,6 +136,9 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
     summary = {
         "nodes": len(mesh.nodes),
         "edges": len(mesh.links()),
+        # links that never came up: a full port table refused them; the
+        # truth (and analyze) judge the mesh on the links that came up
+        "links_refused": sum(1 for l in mesh.links() if l.blocked),
         "profiles": dict(sorted(counts.items())),
         "duration_s": duration,
         "first_convergence_s": conv["first"],
@@ -243,6 +246,9 @@ def summary_line(s):
     ratio = s.get("snake_correct_ratio_final")
     if ratio is not None and ratio < 1.0:
         line += "; %.1f%% of descending entries right at the end" % (100.0 * ratio)
+    if s.get("links_refused"):
+        line += ("; %d of %d links refused (ports full), judged on the %d that came up"
+                 % (s["links_refused"], s["edges"], s["edges"] - s["links_refused"]))
     if s.get("capacity_warnings"):
         line += "; capacity warnings on %d nodes (truth.json)" % s["capacity_warning_nodes"]
     return line

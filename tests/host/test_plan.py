@@ -1,0 +1,158 @@
+"""The capacity planner (`snakemesh plan`), profile maps (`--profile-map`)
+and the whole-run verdict on meshes that end in several components (what
+`analyze` and the simulator's truth must agree on). The heavy runs (rgg:1000,
+ba:500:2) are in docs/CAPACITY.md "Planning a mesh", not here."""
+import json
+
+import pytest
+
+import host_tools  # noqa: F401
+from host_tools import cli
+from host_tools.pipeline import convergence, topology
+from host_tools.sim import planner as PL
+from host_tools.sim import profiles as PR
+from host_tools.sim import topology as T
+from host_tools.sim.harness import Mesh, MeshError, load_profile
+
+LINE12 = " ".join("n%02d" % i for i in range(12)) + "\n"
+
+
+def _shallow(tmp_path, max_hops=4):
+    """UNIX with a shallow tree (name SHALLOW): depth binds first."""
+    d = load_profile("UNIX").as_dict()
+    d.update(name="SHALLOW", max_hops=max_hops)
+    p = tmp_path / "shallow.json"
+    p.write_text(json.dumps(d))
+    return str(p)
+
+
+# -- profile maps ------------------------------------------------------------------
+
+def test_profile_map_lines_root_and_bad_lines():
+    m, root = PR.parse_profile_map("# plan\na GATEWAY root\nb ESP32_SPIRAM  # busy\n\n", "p.txt")
+    assert m == {"a": "GATEWAY", "b": "ESP32_SPIRAM"} and root == "a"
+    assert PR.parse_profile_map(PR.format_profile_map(m, root, ["x"]))== (m, root)
+    for bad, msg in (("a", "p.txt:1: expected"), ("a B extra", "p.txt:1: expected"),
+                     ("a X\na Y", "p.txt:2: node a given twice"),
+                     ("a X root\nb X root", "p.txt:2: a second root")):
+        with pytest.raises(PR.ProfileSpecError, match=msg):
+            PR.parse_profile_map(bad, "p.txt")
+
+
+def test_root_node_holds_the_highest_key_on_every_seed():
+    for seed in (1, 2, 3):
+        m = Mesh(LINE12, seed=seed, profile="UNIX", root_node="n03")
+        keys = dict((n, m.key(n)) for n in m.nodes)
+        assert max(keys, key=keys.get) == "n03"
+        plain = Mesh(LINE12, seed=seed, profile="UNIX")
+        assert plain.key("n07") == m.key("n07") or plain.key("n07")[0] != 0xff
+    with pytest.raises(MeshError, match="root 'zz' is no node"):
+        Mesh(LINE12, root_node="zz")
+
+
+def test_sim_takes_a_profile_map_and_records_the_root(tmp_path, capsys):
+    pm = tmp_path / "profiles.txt"
+    pm.write_text("n05 GATEWAY root\nn00 ESP32_SPIRAM\n")
+    topo = tmp_path / "line.txt"
+    topo.write_text(LINE12)
+    out = tmp_path / "run"
+    rc = cli.main(["sim", "--topology", str(topo), "--profile", "UNIX", "--profile-map", str(pm),
+                   "--duration", "20", "--pings", "2", "--out", str(out), "-q", "--no-telemetry"])
+    assert rc == 0
+    truth = json.loads((out / "truth.json").read_text())
+    assert truth["params"]["root_node"] == "n05"
+    assert truth["params"]["node_profiles"] == {"n00": "ESP32_SPIRAM", "n05": "GATEWAY"}
+    assert max(truth["nodes"], key=truth["nodes"].get) == "n05"
+    assert truth["summary"]["converged_at_end"] is True
+    pm.write_text("n05 GATEWAY root\nbroken\n")
+    rc = cli.main(["sim", "--topology", str(topo), "--profile-map", str(pm), "--duration", "5",
+                   "--out", str(out), "-q"])
+    err = capsys.readouterr().err
+    assert rc == 5 and "profiles.txt:2: expected" in err and len(err.strip().splitlines()) == 1
+
+
+# -- the planner -------------------------------------------------------------------------
+
+def test_centre_of_a_line_and_the_depth_bound(tmp_path):
+    topo = T.parse(LINE12)
+    root, ecc, dist = PL.centre(topo)
+    assert (root, ecc) == ("n05", 6)            # n05 and n06 both 6: the lower total distance, then name
+    ladder = [load_profile(_shallow(tmp_path, 4)), load_profile("UNIX")]
+    PL.depth_bound(dist, ladder, root)          # UNIX's 64 holds 6 + margin
+    with pytest.raises(PL.NoAssignment, match="no assignment: node n11 is 6 hops from the best root n05"):
+        PL.depth_bound(dist, [load_profile(_shallow(tmp_path, 7))], root)
+
+
+def test_plan_upgrades_the_nodes_deeper_than_the_base_holds(tmp_path, capsys):
+    topo = tmp_path / "line.txt"
+    topo.write_text(LINE12)
+    out = tmp_path / "plan"
+    rc = cli.main(["plan", "--topology", str(topo), "--profile", _shallow(tmp_path, 4),
+                   "--upgrade", "UNIX", "--out", str(out), "--draws", "1", "--duration", "20", "-q"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    m, root = PR.load_profile_map(str(out / "profiles.txt"))
+    assert root == "n05"
+    # depth + 2 > 4: the nodes 3 or more hops from n05, and the root itself
+    far = set("n%02d" % i for i in range(12) if abs(i - 5) >= 3)
+    assert set(m) == far | {"n05"}
+    assert set(m.values()) == {"UNIX"}
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["needs"]["n11"]["depth"] == 6 and plan["binding"]["n11"] == "depth"
+    assert "12 nodes: 4 SHALLOW, 8 UNIX; 8 upgraded" in text and "depth binds on SHALLOW" in text
+    # and the mesh it plans works as planned on keys drawn afresh
+    rc = cli.main(["sim", "--topology", str(out / "topology.txt"), "--profile", _shallow(tmp_path, 4),
+                   "--profile-map", str(out / "profiles.txt"), "--duration", "30", "--pings", "3",
+                   "--seed", "7", "--out", str(tmp_path / "run"), "-q", "--no-telemetry"])
+    assert rc == 0
+    s = json.loads((tmp_path / "run" / "truth.json").read_text())["summary"]
+    assert s["converged_at_end"] and s["delivery_ratio"] == 1.0 and not s["capacity_warnings"]
+
+
+def test_plan_without_an_assignment_says_so_in_one_line(tmp_path, capsys):
+    topo = tmp_path / "line.txt"
+    topo.write_text(LINE12)
+    rc = cli.main(["plan", "--topology", str(topo), "--profile", _shallow(tmp_path, 4),
+                   "--upgrade", _shallow(tmp_path, 5), "--out", str(tmp_path / "p"), "-q"])
+    cap = capsys.readouterr()
+    assert rc == 7
+    assert cap.out == ""
+    lines = cap.err.strip().splitlines()
+    assert len(lines) == 1 and "no assignment: node n11 is 6 hops" in lines[0]
+    assert "max_hops >= 8" in lines[0]
+    assert not (tmp_path / "p" / "profiles.txt").exists()
+
+
+def test_assign_names_the_profile_that_would_hold_a_node():
+    nd = PL.Need()
+    nd.routes, nd.depth, nd.hops = 800, 10, 20
+    ladder = [load_profile("ESP32_GENERIC"), load_profile("ESP32_SPIRAM")]
+    assert PL.assign({"a": nd}, ladder) == ({"a": "ESP32_SPIRAM"}, {"a": "routes"})
+    nd.routes = 900                              # x 1.25 > 1024
+    with pytest.raises(PL.NoAssignment, match="node a needs 900 routes.*max_routes >= 1125"):
+        PL.assign({"a": nd}, ladder)
+
+
+# -- the whole-run verdict where links did not all come up -------------------------------------
+
+def _row(value, correct, since):
+    return {"final": {"value": value, "correct": correct}, "tree_since": since, "snake_since": since,
+            "own_rows": 5}
+
+
+def test_tree_agreement_at_the_end_is_per_component_of_the_links_that_came_up():
+    # a-b-c and d-e: d's link to c was refused; each part has its own root
+    nodes = ["a", "b", "c", "d", "e"]
+    edges = {("a", "b"), ("b", "c"), ("d", "e")}
+    ep = topology.Epoch(0, None, edges)
+    comps = [topology.components(nodes, edges)]
+    whole = {"a": _row("r1/1", True, 3.0), "b": _row("r1/1", True, 4.0), "c": _row("r1/1", True, 2.0),
+             "d": _row("r2/1", True, 5.0), "e": _row("r2/1", True, 1.0)}
+    by_scope = {-1: whole, 0: dict(whole)}
+    run, per_epoch, _pn, _down = convergence.rollup(by_scope, nodes, [ep], comps, 0.0, 60.0)
+    assert run["tree_converged_s"] == 5.0 and run["snake_converged_s"] == 5.0
+    assert run["components_at_end"] == 2
+    assert per_epoch[0]["tree_converged_s"] == 5.0
+    whole["e"] = _row("r1/1", True, 1.0)         # e follows the other part's root: not agreed
+    run, _pe, _pn, _down = convergence.rollup({-1: whole, 0: dict(whole)}, nodes, [ep], comps, 0.0, 60.0)
+    assert run["tree_converged_s"] is None
