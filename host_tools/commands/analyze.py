@@ -104,6 +104,9 @@ def _links_and_truth(s):
     the simulator's own truth for the same run (a sim folder), so the two
     verdicts can be read side by side."""
     out = []
+    if len(s.get("profiles") or ()) > 1:
+        out.append("profiles: %s (each node's in nodes.json and the report)" % ", ".join(
+            "%d %s" % (v, k) for k, v in sorted(s["profiles"].items(), key=lambda kv: -kv[1])))
     conf, up = s.get("topology_links_configured"), s.get("topology_links")
     if conf is not None and up is not None and conf > up:
         out.append("judged on the %d links up at the end (%d of the topology's %d did not come up: "

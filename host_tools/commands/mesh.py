@@ -62,7 +62,7 @@ def run_mesh(args, progress=say):
     with ProcessMesh(args.topology, args.out, seed=args.seed, profile=args.profile,
                      heapsize=args.heapsize, log=progress, hub_profile=hub,
                      node_profiles=node_profiles, micropython=micropython,
-                     gateway_root=getattr(args, "gateway_root", False),
+                     gateway_root=getattr(args, "gateway_root", False), root_node=root,
                      mpy=getattr(args, "mpy", False)) as m:
         progress("%d nodes up, %d links (%d BLE)" % (len(m.names), len(m.edges),
                                                      sum(1 for e in m.edges if e[2] == "ble")))

@@ -837,6 +837,7 @@ def _assemble(spark, out, opts, v):
             "first_t": a.get("first_t"), "last_t": a.get("last_t"),
             "root": fin.get("root"), "root_seq": fin.get("root_seq"), "parent": fin.get("parent"),
             "depth": fin.get("depth"), "desc": fin.get("desc"), "expected_desc": fin.get("expected_desc"),
+            "profile": fin.get("profile"),
             "correct_final": bool(fin.get("correct")) if r else False,
             "tree_since_s": (r["tree_since"] - t_start) if r and r["tree_since"] is not None else None,
             "snake_since_s": (r["snake_since"] - t_start) if r and r["snake_since"] is not None else None,
@@ -948,7 +949,7 @@ def _assemble(spark, out, opts, v):
         ("node", "str"), ("name", "str"), ("rank", "int"), ("component", "str"), ("records", "int"),
         ("state_records", "int"), ("first_t", "float"), ("last_t", "float"), ("root", "str"),
         ("root_seq", "int"), ("parent", "str"), ("depth", "int"), ("desc", "str"),
-        ("expected_desc", "str"), ("correct_final", "bool"), ("tree_since_s", "float"),
+        ("expected_desc", "str"), ("profile", "str"), ("correct_final", "bool"), ("tree_since_s", "float"),
         ("snake_since_s", "float"), ("parent_changes", "int"), ("parent_changes_epoch_max", "int"),
         ("root_changes", "int"), ("root_changes_epoch_max", "int"),
         ("desc_changes", "int"), ("sanity_fail", "int"), ("down_at_end", "bool"), ("anomalies", "str")])
@@ -999,6 +1000,7 @@ def _assemble(spark, out, opts, v):
         "topology_links": len(epochs[-1].edges),
         "topology_links_configured": _links_in(info.topology),
         "components_at_end": run.get("components_at_end"),
+        "profiles": _profile_counts(node_table),
         "epochs": v["per_epoch"],
         "tree_converged_s": run["tree_converged_s"],
         "snake_converged_s": run["snake_converged_s"],
@@ -1045,6 +1047,16 @@ def _assemble(spark, out, opts, v):
         "spark_jobs": v["jobs"],
     }
     return summary
+
+
+def _profile_counts(rows):
+    """{board profile: nodes} from the nodes' last state records (nodes
+    whose records name none are left out)."""
+    out = {}
+    for r in rows:
+        if r.get("profile"):
+            out[r["profile"]] = out.get(r["profile"], 0) + 1
+    return dict(sorted(out.items()))
 
 
 def _links_in(path):

@@ -85,7 +85,7 @@ def parse_topology(path):
 class ProcessMesh(object):
     def __init__(self, topology, out_dir, seed=1, profile="UNIX", ble_latency_ms=5.0,
                  heapsize=None, log=None, mpy=False, hub_profile=None, node_profiles=None,
-                 micropython=None, gateway_root=False):
+                 micropython=None, gateway_root=False, root_node=None):
         self.topology_path = topology
         self.names, self.edges = parse_topology(topology)
         self.out_dir = out_dir
@@ -129,9 +129,14 @@ class ProcessMesh(object):
         if policy and not policy_in_force(loaded.values()):
             raise InputError("--gateway-root needs a root-candidate profile (GATEWAY) in the mesh: "
                              "--hub-profile GATEWAY or --node-profile NAME=GATEWAY")
+        if root_node is not None and root_node not in self.names:
+            raise InputError("profile map: the root %r is no node of the topology" % (root_node,))
         self.seeds = {}          # name -> 32-byte seed
         for n in self.names:
-            root = keystore.is_root_candidate(loaded[self.profile_of(n) or "UNIX"]) if policy else None
+            if root_node is not None:       # a profile map's root: the only root candidate
+                root = n == root_node
+            else:
+                root = keystore.is_root_candidate(loaded[self.profile_of(n) or "UNIX"]) if policy else None
             s = self.seeds[n] = policy_seed(str(seed), n, root)
             self.keys[n] = Signer(s).public
 

@@ -724,3 +724,51 @@ def test_fleet_days_daily_files_in_day_partitions(spark, tmp_path):
     pr = pd.read_parquet(os.path.join(out, "probes"))
     assert len(pr) == 3 * n_probes
     assert sorted(pr["day"].astype(str).unique()) == days
+
+
+# -- R: a hub refuses a link (ports full): sim's truth and analyze agree ------------------------
+
+@pytest.fixture(scope="module")
+def scen_refused(spark, tmp_path_factory):
+    """h has 3 links and 2 ports: one link never comes up and the mesh ends
+    in two components, each converged on its own root; nodes run three
+    profiles from a profile map (b is made the root by its keys)."""
+    d = tmp_path_factory.mktemp("scen_refused")
+    from host_tools import BOARDS_DIR
+    with open(os.path.join(BOARDS_DIR, "UNIX", "profile.json")) as f:
+        prof = json.load(f)
+    prof.update(name="TINY", max_peers=2)
+    (d / "tiny.json").write_text(json.dumps(prof))
+    (d / "star.txt").write_text("h a\nh b\nh c\nc d\n")
+    (d / "profiles.txt").write_text("b GATEWAY root\nd ESP32_GENERIC\n")
+    res = subprocess.run([sys.executable, "-m", "host_tools.cli", "sim", "--topology", str(d / "star.txt"),
+                          "--profile", str(d / "tiny.json"), "--profile-map", str(d / "profiles.txt"),
+                          "--duration", "30", "--seed", "3", "--out", str(d / "sim"), "-q"],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "1 of 4 links refused" in res.stdout
+    with open(str(d / "sim" / "truth.json")) as f:
+        truth = json.load(f)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = cli.main(["analyze", str(d / "sim"), "--out", str(d / "out"), "-q"])
+    assert rc == 0
+    with open(str(d / "out" / "summary.json")) as f:
+        s = json.load(f)
+    return s, buf.getvalue(), truth
+
+
+def test_refused_links_sim_truth_and_analyze_agree(scen_refused):
+    s, text, truth = scen_refused
+    ts_ = truth["summary"]
+    assert ts_["links_refused"] == 1 and ts_["converged_at_end"] is True
+    assert s["topology_links_configured"] == 4 and s["topology_links"] == 3
+    assert s["components_at_end"] == 2
+    assert s["snake_correct_ratio_final"] == ts_["snake_correct_ratio_final"] == 1.0
+    # the pipeline samples state every 1 s, the simulator checks every 250 ms
+    both = max(s["tree_converged_s"], s["snake_converged_s"])
+    assert ts_["converged_s"] - 0.25 <= both <= ts_["converged_s"] + 1.25, (both, ts_)
+    assert "judged on the 3 links up at the end (1 of the topology's 4 did not come up" in text
+    assert "simulator's truth: converged at" in text
+    assert s["profiles"] == {"ESP32_GENERIC": 1, "GATEWAY": 1, "TINY": 3}
+    assert "profiles: 3 TINY, 1 ESP32_GENERIC, 1 GATEWAY" in text
