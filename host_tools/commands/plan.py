@@ -140,9 +140,9 @@ def bill(topo, ladder, assignment, why, needs, root, runs, out):
         ladder[0].name, ", ".join("%s %d" % (t, c) for t, c in
                                   sorted(_count(why.values()).items())) or "none"))
     lines.append("  measured over %d key draws: %s" % (len(runs), "; ".join(
-        "converged %s, %d links refused, %d components, wall %.0f s"
+        "converged %s, %d links refused, %d components, %d nodes outside the root's tree, wall %.0f s"
         % ("at %.0f s" % r["converged_s"] if r["converged_s"] is not None else "no",
-           r["refused_links"], r["components"], r["wall_s"]) for r in runs)))
+           r["refused_links"], r["components"], r["outside_root_tree"], r["wall_s"]) for r in runs)))
     lines.append("  wrote %s" % os.path.join(out, "profiles.txt"))
     return "\n".join(lines)
 

@@ -17,7 +17,9 @@ How it finds where the load lands (docs/CAPACITY.md "Planning a mesh"):
 3. The load: the simulator runs the mesh (the shipped router cores) for
    each key draw with every table large (nothing refused) but the base
    profile's ports (so links a board would refuse are refused, and paths
-   run where they will run), the root on the upgrade that is a root
+   run where they will run) and its depth limit (the tree then forms
+   within it where the graph allows; a node left outside the root's tree
+   needs a deeper profile), the root on the upgrade that is a root
    candidate. Per node it records, over the second half of the run (once
    the tree has formed: while it forms, entries of earlier roots and the
    announcements of every peer come and go, and a full table only forgets
@@ -26,8 +28,9 @@ How it finds where the load lands (docs/CAPACITY.md "Planning a mesh"):
    largest over the draws.
 4. Each node gets the first profile of [BASE] + upgrades (cheapest first,
    as given) whose tables hold its need with margin (routes x `margin`:
-   other key draws move bootstrap paths; depth + `depth_margin`; the hop
-   pool as measured: a full pool forgets a non-parent announcement, counted; ports for every link when its refusals
+   other key draws move bootstrap paths; the depth it took or, outside the
+   root's tree, one more than the base holds; the hop pool is reported but
+   binds only on request, see fits(); ports for every link when its refusals
    cut a node off). A node no profile holds makes the plan fail, naming what
    would.
 """
@@ -38,7 +41,8 @@ from host_tools.sim import profiles as PR
 from host_tools.sim import topology as T
 
 ROUTES_MARGIN = 1.25
-DEPTH_MARGIN = 2
+DEPTH_MARGIN = 0          # measured under the base's own depth limit (measure())
+BOUND_MARGIN = 2          # the quick bound on graph distances (depth_bound())
 LARGE = {"max_routes": 4096, "route_hints": 0, "max_hops": 128, "hop_pool": 2048,
          "frame_max": 16384}
 
@@ -86,20 +90,24 @@ def centre(topo):
     return best[0][2], best[0][0], best[1]
 
 
-def _large(prof):
-    """The profile with every table large and its own ports."""
+def _large(prof, keep_depth=False):
+    """The profile with every table large and its own ports; with
+    keep_depth its own max_hops (and the frame sizes that go with it)."""
     from snake.profile import Profile
     d = prof.as_dict()
     for k, v in LARGE.items():
+        if keep_depth and k in ("max_hops", "frame_max"):
+            continue
         d[k] = max(v, d.get(k) or 0)
     d["name"] = prof.name
     return Profile(d)
 
 
 class Need(object):
-    __slots__ = ("routes", "hops", "depth", "peers", "cut")
+    __slots__ = ("routes", "hops", "depth", "peers", "cut", "outside")
 
     def __init__(self):
+        self.outside = 0        # draws in which it ended outside the root's tree
         self.routes = 0
         self.hops = 0
         self.depth = 0
@@ -114,7 +122,13 @@ def measure(topo, base, root, root_profile, draws, duration, progress=None, seed
     from host_tools.sim.harness import Mesh
     from host_tools.sim.engine import US_PER_S
     from snake import report
-    big = _large(base)
+    # the base keeps its depth limit: the tree is no breadth-first tree
+    # (a node keeps the parent that first brought the root's newest
+    # announcement), and with unlimited depth it runs up to twice as deep
+    # as the graph's distances need; with the board's limit a node drops
+    # the deeper announcements and takes a parent within it, and only the
+    # nodes that find none need a deeper profile
+    big = _large(base, keep_depth=True)
     big_root = _large(root_profile)
     adj = topo.adjacency()
     needs = {n: Need() for n in topo.names}
@@ -157,6 +171,14 @@ def measure(topo, base, root, root_profile, draws, duration, progress=None, seed
         for name, d in depth_seen.items():
             if d > needs[name].depth:
                 needs[name].depth = d
+        # a node not in the planned root's tree at the end found no parent
+        # within the base's depth: it needs a deeper profile
+        top = mesh.key(root)
+        outside = [n for n in mesh._nodes if n.alive and report.root_key(n.router) != top]
+        for n in outside:
+            nd = needs[n.name]
+            nd.depth = max(nd.depth, base.max_hops + 1)
+            nd.outside += 1
         # links refused for want of ports: does the graph of the links that
         # came up leave anyone cut off? Then the refusing ends need a port
         # for every link.
@@ -174,6 +196,7 @@ def measure(topo, base, root, root_profile, draws, duration, progress=None, seed
                 nd.peers = max(nd.peers, len(adj[refuser]))
                 nd.cut = max(nd.cut, cut)
         runs.append({"seed": seed, "converged_s": first, "refused_links": len(refused),
+                     "outside_root_tree": len(outside),
                      "components": len(comps), "wall_s": round(time.monotonic() - wall0, 1)})
     return needs, runs
 
@@ -184,13 +207,17 @@ def hop_pool(prof):
     return prof.hop_pool or 2 * prof.max_hops + 2 * prof.max_peers
 
 
-def fits(prof, need, margin=ROUTES_MARGIN, depth_margin=DEPTH_MARGIN):
-    """The first table of prof that does not hold need (None = it fits)."""
+def fits(prof, need, margin=ROUTES_MARGIN, depth_margin=DEPTH_MARGIN, strict_hops=False):
+    """The first table of prof that does not hold need (None = it fits).
+    The hop pool binds only with strict_hops: a full pool forgets a
+    non-parent announcement (counted) and the node keeps its place in the
+    tree and the snake (grid:16x16 meets every target with the pool full on
+    58 nodes, "Acceptance runs")."""
     if need.routes * margin > prof.max_routes:
         return "routes"
     if need.depth + depth_margin > prof.max_hops:
         return "depth"
-    if need.hops > hop_pool(prof):
+    if strict_hops and need.hops > hop_pool(prof):
         return "hops"
     if need.peers > prof.max_peers:
         return "peers"
@@ -201,8 +228,7 @@ def requirement(need, margin=ROUTES_MARGIN, depth_margin=DEPTH_MARGIN):
     """What a profile needs to hold `need` (for the no-assignment line)."""
     import math
     out = ["max_routes >= %d" % int(math.ceil(need.routes * margin)),
-           "max_hops >= %d" % (need.depth + depth_margin),
-           "hop_pool >= %d" % need.hops]
+           "max_hops >= %d" % (need.depth + depth_margin)]
     if need.peers:
         out.append("max_peers >= %d" % need.peers)
     return ", ".join(out)
@@ -249,7 +275,7 @@ def _need_text(nd):
     return s
 
 
-def depth_bound(dist, ladder, root, depth_margin=DEPTH_MARGIN):
+def depth_bound(dist, ladder, root, depth_margin=BOUND_MARGIN):
     """NoAssignment when a node's distance from the root exceeds the
     deepest profile: no simulation needed to know."""
     deepest = max(ladder, key=lambda p: p.max_hops)
