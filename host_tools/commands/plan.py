@@ -1,4 +1,4 @@
-"""`snakemesh plan`: which boards a mesh needs where (docs/CAPACITY.md
+"""`snakemesh plan`: which boards a mesh needs where (docs/reports/CAPACITY.md
 "Planning a mesh").
 
     snakemesh plan --generate rgg:1000 --seed 1 --profile ESP32_GENERIC \\

@@ -1,6 +1,6 @@
 """Capacity planner: which boards a mesh needs where (``snakemesh plan``).
 
-How it finds where the load lands (docs/CAPACITY.md "Planning a mesh"):
+How it finds where the load lands (docs/reports/CAPACITY.md "Planning a mesh"):
 
 1. The root. The tree's root is the node with the highest key, and where it
    sits decides every node's depth and where bootstraps concentrate (they

@@ -1,7 +1,7 @@
 """The capacity planner (`snakemesh plan`), profile maps (`--profile-map`)
 and the whole-run verdict on meshes that end in several components (what
 `analyze` and the simulator's truth must agree on). The heavy runs (rgg:1000,
-ba:500:2) are in docs/CAPACITY.md "Planning a mesh", not here."""
+ba:500:2) are in docs/reports/CAPACITY.md "Planning a mesh", not here."""
 import json
 
 import pytest
