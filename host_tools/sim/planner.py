@@ -171,10 +171,13 @@ def measure(topo, base, root, root_profile, draws, duration, progress=None, seed
         for name, d in depth_seen.items():
             if d > needs[name].depth:
                 needs[name].depth = d
-        # a node not in the planned root's tree at the end found no parent
-        # within the base's depth: it needs a deeper profile
+        # a node of the root's component not in its tree at the end found
+        # no parent within the base's depth: it needs a deeper profile (a
+        # node cut off by refused links needs ports, below, not depth)
         top = mesh.key(root)
-        outside = [n for n in mesh._nodes if n.alive and report.root_key(n.router) != top]
+        comps = mesh.components()
+        main = next(c for c in comps if any(x.name == root for x in c))
+        outside = [n for n in main if n.alive and report.root_key(n.router) != top]
         for n in outside:
             nd = needs[n.name]
             nd.depth = max(nd.depth, base.max_hops + 1)
@@ -182,8 +185,6 @@ def measure(topo, base, root, root_profile, draws, duration, progress=None, seed
         # links refused for want of ports: does the graph of the links that
         # came up leave anyone cut off? Then the refusing ends need a port
         # for every link.
-        comps = mesh.components()
-        main = max(comps, key=len)
         in_main = set(n.name for n in main)
         refused = [l for l in mesh.links() if l.blocked]
         for l in refused:
