@@ -41,6 +41,9 @@ def register(subparsers):
                    help="key draws simulated (default %(default)s)")
     p.add_argument("--duration", type=float, default=60.0, metavar="SECONDS",
                    help="virtual seconds per draw (default %(default)s)")
+    p.add_argument("--routes-margin", type=float, default=None, metavar="X",
+                   help="a node's route entries times X must fit its table (default 1.25: "
+                        "other key draws move bootstrap paths)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
 
@@ -53,6 +56,9 @@ def run(args):
         raise UsageError("--draws must be >= 1")
     if args.duration <= 0:
         raise UsageError("--duration must be > 0")
+    margin = PL.ROUTES_MARGIN if args.routes_margin is None else args.routes_margin
+    if not margin >= 1.0:
+        raise UsageError("--routes-margin must be >= 1")
     upgrades = [u.strip() for u in args.upgrade.split(",") if u.strip()]
     if not upgrades:
         raise UsageError("--upgrade needs at least one profile")
@@ -81,7 +87,7 @@ def run(args):
         PL.depth_bound(dist, ladder, root)
         needs, runs = PL.measure(topo, ladder[0], root, root_prof, args.draws, args.duration,
                                  progress)
-        assignment, why = PL.assign(needs, ladder, root, root_prof)
+        assignment, why = PL.assign(needs, ladder, root, root_prof, margin=margin)
     except PL.NoAssignment as e:
         _remove(os.path.join(args.out, "profiles.txt"))
         raise NoPlan(e.line)
@@ -94,7 +100,7 @@ def run(args):
         f.write(PR.format_profile_map(assignment, root, header))
     plan = {
         "source": source, "base": ladder[0].name, "upgrades": upgrades, "root": root,
-        "root_eccentricity": ecc, "runs": runs,
+        "root_eccentricity": ecc, "runs": runs, "routes_margin": margin,
         "assignment": assignment, "binding": why,
         "needs": {n: {"routes": nd.routes, "depth": nd.depth, "hops": nd.hops,
                       "ports": nd.peers, "cuts_off": nd.cut} for n, nd in sorted(needs.items())},
