@@ -50,6 +50,17 @@ def test_root_node_holds_the_highest_key_on_every_seed():
         Mesh(LINE12, root_node="zz")
 
 
+def test_process_mesh_puts_the_maps_root_at_the_top_as_the_simulator(tmp_path):
+    from host_tools.procmesh.mesh import ProcessMesh
+    topo = tmp_path / "line.txt"
+    topo.write_text(LINE12)
+    m = ProcessMesh(str(topo), str(tmp_path / "out"), seed=4, profile="UNIX",
+                    node_profiles={"n03": "GATEWAY"}, root_node="n03")
+    sim = Mesh(LINE12, seed=4, profile="UNIX", node_profiles={"n03": "GATEWAY"}, root_node="n03")
+    assert all(m.keys[n] == sim.key(n) for n in m.names)
+    assert max(m.keys, key=lambda n: m.keys[n]) == "n03"
+
+
 def test_sim_takes_a_profile_map_and_records_the_root(tmp_path, capsys):
     pm = tmp_path / "profiles.txt"
     pm.write_text("n05 GATEWAY root\nn00 ESP32_SPIRAM\n")
