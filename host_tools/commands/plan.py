@@ -42,8 +42,7 @@ def register(subparsers):
     p.add_argument("--duration", type=float, default=60.0, metavar="SECONDS",
                    help="virtual seconds per draw (default %(default)s)")
     p.add_argument("--routes-margin", type=float, default=None, metavar="X",
-                   help="a node's route entries times X must fit its table (default 1.25: "
-                        "other key draws move bootstrap paths)")
+                   help="a node's measured route entries times X must fit its table (default 1.0)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
 
