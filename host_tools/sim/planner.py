@@ -56,7 +56,8 @@ class PlanError(ValueError):
 
 
 class NoAssignment(Exception):
-    """No profile holds some node's load: .line is the one-line verdict."""
+    """No profile holds some node's load: .line is the one-line verdict (exit 7,
+    docs/guides/HOST_TOOLS.md "Errors")."""
 
     def __init__(self, line, need=None):
         Exception.__init__(self, line)
