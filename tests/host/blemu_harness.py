@@ -26,7 +26,11 @@ CTL_REPLY = 0xA0
 
 
 class Medium:
-    def __init__(self, topology, *args):
+    """module: the medium to run (the BLE one; host_tools.espnowemu.medium
+    for ESP-NOW, which speaks the same control framing)."""
+
+    def __init__(self, topology, *args, module="host_tools.blemu.medium"):
+        self.module = module
         self.dir = tempfile.TemporaryDirectory()
         self.topo = os.path.join(self.dir.name, "topology.txt")
         with open(self.topo, "w") as f:
@@ -38,7 +42,7 @@ class Medium:
 
     def __enter__(self):
         self.proc = subprocess.Popen(
-            [PY, "-m", "host_tools.blemu.medium", "--topology", self.topo, "--port", "0"] + self.args,
+            [PY, "-m", self.module, "--topology", self.topo, "--port", "0"] + self.args,
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if "listening on" not in line:

@@ -1,0 +1,616 @@
+# Emulation of MicroPython's `espnow` module (ESP32 API, docs/library/espnow.rst)
+# for emulated nodes on the host: MicroPython unix port and CPython.
+#
+# Put host_tools/espnowemu on MICROPYPATH (unix port) or sys.path (CPython) of
+# an emulated node only: it must never shadow the C module on a board. The
+# radio talks to the medium process (host_tools/espnowemu/medium.py) over
+# loopback TCP:
+#   SNAKEMESH_ESPNOW_MEDIUM=127.0.0.1:PORT   where the medium listens
+#   SNAKEMESH_ESPNOW_NAME=NAME               this node's name in the topology file
+#   SNAKEMESH_ESPNOW_CHANNEL=1               Wi-Fi channel (radios hear their channel only)
+#   SNAKEMESH_ESPNOW_TXBUF=8                 sends awaiting their radio ack before NO_MEM
+#
+# Behaviour follows the documentation so the firmware's code runs unchanged
+# on a board:
+# - send() needs a registered peer (OSError ESP_ERR_ESPNOW_NOT_FOUND), at
+#   most MAX_DATA_LEN (250) bytes (ValueError), the broadcast address too
+#   once added; sync=True waits for the radio-level ack of every peer and
+#   returns False when one is missing; broadcasts always return True.
+# - add_peer: ESP_ERR_ESPNOW_EXIST, ESP_ERR_ESPNOW_FULL beyond
+#   MAX_TOTAL_PEER_NUM (20); del_peer/get_peer: ESP_ERR_ESPNOW_NOT_FOUND.
+# - Received messages wait in a receive buffer of config(rxbuf) bytes (each
+#   message costs its length + 13); a message that does not fit is dropped
+#   and counted (stats()[4]) although the sender's radio got its ack: the
+#   ack is per hop and says nothing about the application.
+# - irecv() returns one reused [mac, msg] pair (msg a bytearray overwritten
+#   by the next call); recv() new bytes; mac is the key in peers_table,
+#   which gets an entry [rssi, time_ms] for every sender read out
+#   (registered or not), as the C module does.
+# - irq(callback) runs callback(self) soon after messages arrive (from an
+#   asyncio task the radio starts itself: no threads).
+import sys
+import struct
+import socket
+import select
+import time
+
+try:
+    import asyncio
+except ImportError:  # pragma: no cover
+    import uasyncio as asyncio
+
+try:
+    import os
+    _getenv = os.getenv
+except (ImportError, AttributeError):  # pragma: no cover
+    def _getenv(k, d=None):
+        return d
+
+_MP = sys.implementation.name == "micropython"
+
+MAX_DATA_LEN = 250
+KEY_LEN = 16
+ADDR_LEN = 6
+MAX_TOTAL_PEER_NUM = 20
+MAX_ENCRYPT_PEER_NUM = 6
+
+# ESP-IDF error codes (esp_now.h: ESP_ERR_ESPNOW_BASE 0x3000 + 100)
+ESP_ERR_ESPNOW_NOT_INIT = 0x3065
+ESP_ERR_ESPNOW_ARG = 0x3066
+ESP_ERR_ESPNOW_NO_MEM = 0x3067
+ESP_ERR_ESPNOW_FULL = 0x3068
+ESP_ERR_ESPNOW_NOT_FOUND = 0x3069
+ESP_ERR_ESPNOW_INTERNAL = 0x306A
+ESP_ERR_ESPNOW_EXIST = 0x306B
+ESP_ERR_ESPNOW_IF = 0x306C
+_NAMES = {0x3065: "ESP_ERR_ESPNOW_NOT_INIT", 0x3066: "ESP_ERR_ESPNOW_ARG",
+          0x3067: "ESP_ERR_ESPNOW_NO_MEM", 0x3068: "ESP_ERR_ESPNOW_FULL",
+          0x3069: "ESP_ERR_ESPNOW_NOT_FOUND", 0x306A: "ESP_ERR_ESPNOW_INTERNAL",
+          0x306B: "ESP_ERR_ESPNOW_EXIST", 0x306C: "ESP_ERR_ESPNOW_IF"}
+
+BROADCAST = b"\xff\xff\xff\xff\xff\xff"
+_RX_OVERHEAD = 13          # per buffered message: mac, length and ring bookkeeping
+_RXBUF_DEFAULT = 526       # two 250-byte messages (the C module's default)
+
+# Messages between radio and medium: u16 length (counts op + body) | u8 op | body
+OP_HELLO = 1        # u8 channel | name (utf-8)
+OP_SEND = 2         # u16 token | u8 flags (1: wants a status) | mac[6] | data
+OP_CHANNEL = 3      # u8 channel
+OP_CTL = 32         # control client: utf-8 command line
+OP_HELLO_ACK = 0x80  # mac[6]
+OP_RX = 0x81        # mac[6] | s8 rssi | data
+OP_STATUS = 0x82    # u16 token | u8 ok
+OP_ERROR = 0x8F     # utf-8 text
+OP_CTL_REPLY = 0xA0  # utf-8 JSON
+
+
+def _err(code):
+    return OSError(code, _NAMES.get(code, "ESP_ERR"))
+
+
+def frame(op, body=b""):
+    return struct.pack(">HB", len(body) + 1, op) + bytes(body)
+
+
+def _mac(mac):
+    if not isinstance(mac, (bytes, bytearray, memoryview)) or len(mac) != 6:
+        raise ValueError("invalid mac")
+    return bytes(mac)
+
+
+class ESPNow:
+    """The radio. `ESPNow()` is the process-wide singleton configured from
+    the environment; ESPNow(medium=..., name=...) makes another radio (tests
+    that run several radios in one process)."""
+
+    _single = None
+
+    def __new__(cls, *args, **kw):
+        if args or kw:
+            return object.__new__(cls)
+        one = ESPNow._single
+        if one is None:
+            one = object.__new__(cls)
+            one._setup(None, None)
+            ESPNow._single = one
+        elif not isinstance(one, cls):
+            # aioespnow.AIOESPNow() after espnow.ESPNow(): the subclass takes
+            # the radio over (the C module extends the same object)
+            sub = object.__new__(cls)
+            for k in one.__dict__:
+                setattr(sub, k, one.__dict__[k])
+            ESPNow._single = one = sub
+        return one
+
+    def __init__(self, medium=None, name=None, channel=None, txbuf=None):
+        if medium is not None or name is not None:
+            self._setup(medium, name, channel, txbuf)
+
+    def _setup(self, medium, name, channel=None, txbuf=None):
+        self._medium = medium or _getenv("SNAKEMESH_ESPNOW_MEDIUM")
+        self._name = name or _getenv("SNAKEMESH_ESPNOW_NAME")
+        self._channel = int(channel or _getenv("SNAKEMESH_ESPNOW_CHANNEL") or 1)
+        self._txbuf = int(txbuf or _getenv("SNAKEMESH_ESPNOW_TXBUF") or 8)
+        self._active = False
+        self._sock = None
+        self._stream = None
+        self._poller = None
+        self._in = bytearray(1024)   # bytes read from the medium, not yet parsed
+        self._n = 0
+        self._rxq = []               # [mac, bytes] waiting to be read
+        self._rxq_bytes = 0
+        self._rxbuf = _RXBUF_DEFAULT
+        self._timeout = 300000
+        self._peers = {}             # mac -> [lmk, channel, ifidx, encrypt]
+        self.peers_table = {}
+        self._pair = [None, None]    # irecv()'s callee-owned result
+        self._msgbuf = bytearray(MAX_DATA_LEN)
+        self._token = 0
+        self._pending = 0            # sends without a status yet
+        self._status = {}            # token -> ok, for sync sends
+        self._handler = None
+        self._task = None
+        self._task_loop = None
+        self._stats = [0, 0, 0, 0, 0]   # tx_pkts, tx_responses, tx_failures, rx_packets, rx_dropped
+        self._mac = bytes(6)
+
+    # ------------------------------------------------------------ medium
+    def _connect(self):
+        if not self._medium:
+            raise OSError(ESP_ERR_ESPNOW_IF, "SNAKEMESH_ESPNOW_MEDIUM not set (host:port of the medium)")
+        if not self._name:
+            raise OSError(ESP_ERR_ESPNOW_IF, "SNAKEMESH_ESPNOW_NAME not set (node name in the topology)")
+        host, _, port = self._medium.rpartition(":")
+        ai = socket.getaddrinfo(host, int(port), 0, socket.SOCK_STREAM)[0]
+        s = socket.socket(ai[0], socket.SOCK_STREAM)
+        try:
+            s.connect(ai[-1])
+        except OSError:
+            s.close()
+            raise OSError(ESP_ERR_ESPNOW_IF, "cannot reach the ESP-NOW medium at " + self._medium)
+        self._sock = s
+        self._poller = select.poll()
+        self._poller.register(s, select.POLLIN)
+        self._raw(frame(OP_HELLO, bytes([self._channel]) + self._name.encode()))
+        t0 = time.time()
+        while True:
+            if time.time() - t0 > 5:
+                self._close()
+                raise OSError(ESP_ERR_ESPNOW_IF, "ESP-NOW medium did not answer")
+            self._read(500)
+            m = self._next()
+            if m is None:
+                continue
+            op, body = m
+            if op == OP_ERROR:
+                self._close()
+                raise OSError(ESP_ERR_ESPNOW_IF, "ESP-NOW medium: " + bytes(body).decode())
+            if op == OP_HELLO_ACK:
+                self._mac = bytes(body[0:6])
+                break
+        s.setblocking(False)
+
+    def _close(self):
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+        self._sock = None
+        self._stream = None
+
+    def _raw(self, data):
+        s = self._sock
+        if s is None:
+            raise _err(ESP_ERR_ESPNOW_NOT_INIT)
+        mv = memoryview(data)
+        off = 0
+        while off < len(data):
+            try:
+                n = s.send(mv[off:])
+            except OSError as e:
+                if e.args and e.args[0] in (11, 35):
+                    self._poller.modify(s, select.POLLOUT)
+                    self._poller.poll(200)
+                    self._poller.modify(s, select.POLLIN)
+                    continue
+                raise
+            off += n or 0
+
+    def _read(self, timeout_ms):
+        """Read what the medium sent (waiting up to timeout_ms); False when
+        the medium is gone."""
+        s = self._sock
+        if s is None:
+            return False
+        if timeout_ms and not self._poller.poll(timeout_ms):
+            return True
+        try:
+            d = s.recv(4096)
+        except OSError:
+            return True
+        if d is None:
+            return True
+        if not d:
+            print("espnowemu: the ESP-NOW medium closed the connection")
+            self._close()
+            return False
+        self._feed(d)
+        return True
+
+    def _feed(self, d):
+        need = self._n + len(d)
+        if need > len(self._in):
+            nb = bytearray(need * 2)
+            nb[0:self._n] = self._in[0:self._n]
+            self._in = nb
+        self._in[self._n:need] = d
+        self._n = need
+
+    def _next(self):
+        b = self._in
+        if self._n < 3:
+            return None
+        ln = (b[0] << 8) | b[1]
+        if self._n < 2 + ln:
+            return None
+        op = b[2]
+        body = bytes(b[3:2 + ln])
+        rest = self._n - 2 - ln
+        b[0:rest] = b[2 + ln:self._n]
+        self._n = rest
+        return op, body
+
+    def _dispatch(self):
+        """Handle every complete message; True if a message was received."""
+        got = False
+        while True:
+            m = self._next()
+            if m is None:
+                return got
+            op, b = m
+            if op == OP_RX:
+                self._stats[3] += 1
+                data = b[7:]
+                cost = len(data) + _RX_OVERHEAD
+                if self._rxq_bytes + cost > self._rxbuf:
+                    self._stats[4] += 1        # acked by the radio all the same
+                    continue
+                self._rxq.append((b[0:6], b[6] - 256 if b[6] > 127 else b[6], data))
+                self._rxq_bytes += cost
+                got = True
+            elif op == OP_STATUS:
+                tok = (b[0] << 8) | b[1]
+                ok = b[2]
+                if self._pending:
+                    self._pending -= 1
+                if ok:
+                    self._stats[1] += 1
+                else:
+                    self._stats[2] += 1
+                if tok in self._status:
+                    self._status[tok] = ok
+            elif op == OP_ERROR:
+                print("espnowemu: medium error:", bytes(b).decode())
+
+    def _poll_now(self):
+        while self._sock is not None and self._poller.poll(0):
+            if not self._read(0):
+                break
+        return self._dispatch()
+
+    def _ensure_task(self):
+        t = self._task
+        if _MP:
+            if t is None or t.done():
+                self._task = asyncio.create_task(self._pump())
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if t is None or t.done() or self._task_loop is not loop:
+            self._task_loop = loop
+            self._task = loop.create_task(self._pump())
+
+    async def _pump(self):
+        # Delivers arrivals to the irq callback while an asyncio loop runs.
+        while self._sock is not None:
+            try:
+                if _MP:
+                    if self._stream is None:
+                        self._stream = asyncio.StreamReader(self._sock)
+                    d = await self._stream.read(4096)
+                else:
+                    d = await asyncio.get_running_loop().sock_recv(self._sock, 4096)
+            except OSError:
+                d = b""
+            if self._sock is None:
+                break
+            if not d:
+                print("espnowemu: the ESP-NOW medium closed the connection")
+                self._close()
+                break
+            self._feed(d)
+            if self._dispatch() and self._handler is not None:
+                try:
+                    self._handler(self)
+                except Exception as e:
+                    print("Unhandled exception in espnow irq callback")
+                    if _MP:
+                        sys.print_exception(e)
+                    else:
+                        import traceback
+                        traceback.print_exception(type(e), e, e.__traceback__)
+
+    # ------------------------------------------------------------ configuration
+    def active(self, *args):
+        if not args:
+            return self._active
+        on = bool(args[0])
+        if on and not self._active:
+            self._connect()
+            self._active = True
+            self._rxq = []
+            self._rxq_bytes = 0
+            if self._handler is not None:
+                self._ensure_task()
+        elif not on and self._active:
+            self._active = False
+            t = self._task
+            self._task = None
+            self._close()
+            if t is not None and not t.done():
+                try:
+                    t.cancel()
+                except Exception:
+                    pass
+            self._peers = {}
+        return self._active
+
+    def init(self):
+        self.active(True)
+
+    def deinit(self):
+        self.active(False)
+
+    def _need(self):
+        if not self._active:
+            raise _err(ESP_ERR_ESPNOW_NOT_INIT)
+
+    def config(self, *args, **kw):
+        if args:
+            if len(args) != 1 or kw:
+                raise ValueError("config takes one parameter name or keywords")
+            k = args[0]
+            if k == "rxbuf":
+                return self._rxbuf
+            if k == "timeout_ms":
+                return self._timeout
+            raise ValueError("unknown config param")
+        for k in kw:
+            v = kw[k]
+            if k == "rxbuf":
+                if int(v) < 0:
+                    raise ValueError("rxbuf")
+                self._rxbuf = int(v)      # takes effect at the next active(True), as on a board
+            elif k == "timeout_ms":
+                self._timeout = int(v)
+            elif k == "rate":
+                pass
+            elif k == "on_recv":
+                self.irq(v)
+            else:
+                raise ValueError("unknown config param")
+
+    def irq(self, callback):
+        self._handler = callback
+        if self._active and callback is not None:
+            self._ensure_task()
+
+    def stats(self):
+        return tuple(self._stats)
+
+    # ------------------------------------------------------------ sending
+    def send(self, mac, msg=None, sync=True):
+        if msg is None:
+            msg, mac = mac, None
+        self._need()
+        if isinstance(msg, str):
+            msg = msg.encode()
+        if len(msg) > MAX_DATA_LEN or len(msg) == 0:
+            raise ValueError("msg too long" if len(msg) else "msg empty")
+        if mac is None:
+            dests = [m for m in self._peers if m[0] & 1 == 0]
+        else:
+            m = _mac(mac)
+            if m not in self._peers:
+                raise _err(ESP_ERR_ESPNOW_NOT_FOUND)
+            dests = [m]
+        if self._pending >= self._txbuf:
+            self._poll_now()
+            if self._pending >= self._txbuf:
+                raise _err(ESP_ERR_ESPNOW_NO_MEM)
+        toks = []
+        for d in dests:
+            self._token = (self._token + 1) & 0xFFFF
+            tok = self._token
+            unicast = d[0] & 1 == 0
+            if sync and unicast:
+                self._status[tok] = None
+                toks.append(tok)
+            self._pending += 1
+            self._stats[0] += 1
+            self._raw(frame(OP_SEND, struct.pack(">HB", tok, 1) + d + bytes(msg)))
+        if not sync or not toks:
+            return True
+        ok = True
+        t0 = time.time()
+        for tok in toks:
+            while self._status.get(tok) is None:
+                if self._sock is None or time.time() - t0 > 2:
+                    break
+                self._read(50)
+                self._dispatch()
+            if not self._status.pop(tok, None):
+                ok = False
+        return ok
+
+    # ------------------------------------------------------------ receiving
+    def any(self):
+        self._need()
+        if not self._rxq:
+            self._poll_now()
+        return bool(self._rxq)
+
+    def poll(self):
+        return self.any()
+
+    def _take(self, timeout_ms):
+        self._need()
+        if timeout_ms is None:
+            timeout_ms = self._timeout
+        if not self._rxq:
+            self._poll_now()
+        if not self._rxq and timeout_ms != 0:
+            t0 = time.time()
+            while not self._rxq and self._sock is not None:
+                left = -1 if timeout_ms < 0 else int(timeout_ms - (time.time() - t0) * 1000)
+                if timeout_ms >= 0 and left <= 0:
+                    break
+                self._read(left if left > 0 else 1000)
+                self._dispatch()
+        if not self._rxq:
+            return None
+        mac, rssi, data = self._rxq.pop(0)
+        self._rxq_bytes -= len(data) + _RX_OVERHEAD
+        # the sender's entry in the peer device table; mac is its key
+        for k in self.peers_table:
+            if k == mac:
+                mac = k
+                break
+        ent = self.peers_table.get(mac)
+        if ent is None:
+            self.peers_table[mac] = [rssi, _ticks()]
+        else:
+            ent[0] = rssi
+            ent[1] = _ticks()
+        return mac, data
+
+    def irecv(self, timeout_ms=None):
+        r = self._take(timeout_ms)
+        p = self._pair
+        if r is None:
+            p[0] = None
+            p[1] = None
+            return p
+        n = len(r[1])
+        if not isinstance(p[1], bytearray) or len(p[1]) != n:
+            # the C module resizes its one message buffer in place; a
+            # new bytearray here is the emulation's shortcut
+            p[1] = bytearray(r[1])
+        else:
+            p[1][0:n] = r[1]
+        p[0] = r[0]
+        return p
+
+    def recv(self, timeout_ms=None):
+        r = self._take(timeout_ms)
+        if r is None:
+            return [None, None]
+        return [r[0], bytes(r[1])]
+
+    def recvinto(self, data, timeout_ms=None):
+        r = self._take(timeout_ms)
+        if r is None:
+            return 0
+        n = len(r[1])
+        data[0] = r[0]
+        data[1][0:n] = r[1]
+        return n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self._active:
+            raise StopIteration
+        return self.irecv()
+
+    # ------------------------------------------------------------ peers
+    def set_pmk(self, pmk):
+        if len(pmk) != KEY_LEN:
+            raise ValueError("invalid pmk")
+
+    def add_peer(self, mac, lmk=None, channel=None, ifidx=None, encrypt=None):
+        self._need()
+        m = _mac(mac)
+        if m in self._peers:
+            raise _err(ESP_ERR_ESPNOW_EXIST)
+        if len(self._peers) >= MAX_TOTAL_PEER_NUM:
+            raise _err(ESP_ERR_ESPNOW_FULL)
+        if channel is not None and not 0 <= channel <= 14:
+            raise ValueError("invalid channel")
+        if lmk and len(lmk) != KEY_LEN:
+            raise ValueError("invalid lmk")
+        self._peers[m] = [lmk or b"", channel or 0, ifidx or 0, bool(encrypt if encrypt is not None else lmk)]
+
+    def del_peer(self, mac):
+        self._need()
+        m = _mac(mac)
+        if m not in self._peers:
+            raise _err(ESP_ERR_ESPNOW_NOT_FOUND)
+        del self._peers[m]
+
+    def get_peer(self, mac):
+        self._need()
+        m = _mac(mac)
+        p = self._peers.get(m)
+        if p is None:
+            raise _err(ESP_ERR_ESPNOW_NOT_FOUND)
+        return (m, p[0], p[1], p[2], p[3])
+
+    def mod_peer(self, mac, lmk=None, channel=None, ifidx=None, encrypt=None):
+        self._need()
+        m = _mac(mac)
+        p = self._peers.get(m)
+        if p is None:
+            raise _err(ESP_ERR_ESPNOW_NOT_FOUND)
+        if lmk is not None:
+            p[0] = lmk
+        if channel is not None:
+            p[1] = channel
+        if ifidx is not None:
+            p[2] = ifidx
+        if encrypt is not None:
+            p[3] = bool(encrypt)
+
+    def get_peers(self):
+        self._need()
+        return tuple(self.get_peer(m) for m in self._peers)
+
+    def peer_count(self):
+        self._need()
+        enc = 0
+        for p in self._peers.values():
+            if p[3]:
+                enc += 1
+        return (len(self._peers), enc)
+
+    # ------------------------------------------------------------ emulation only
+    def _set_channel(self, ch):
+        # what network.WLAN(...).config(channel=ch) does to the radio on a board
+        self._channel = int(ch)
+        if self._sock is not None:
+            self._raw(frame(OP_CHANNEL, bytes([self._channel])))
+
+    def _wlan_mac(self):
+        # what network.WLAN(network.STA_IF).config("mac") returns on a board
+        return self._mac
+
+
+def _ticks():
+    try:
+        return time.ticks_ms()
+    except AttributeError:
+        return int(time.monotonic() * 1000) & 0x3FFFFFFF
