@@ -15,6 +15,9 @@ DEFAULTS = {
     "ble": False,             # Bluetooth LE GATT ports
     "max_peers": 16,          # switch ports 1..max_peers (all link types)
     "ble_links": 4,           # at most this many BLE links (NimBLE on ESP32: 4)
+    "espnow": False,          # ESP-NOW ports (Wi-Fi radio without an access point)
+    "espnow_links": 4,        # at most this many ESP-NOW links (radio peer table: 20 with broadcast)
+    "espnow_ring": 2048,      # receive ring and send window per ESP-NOW link, bytes each
     "max_routes": 64,         # snake routing table entries
     "coord_cache": 32,        # cached source coordinates for tree replies
     "sig_cache": 64,          # verified-signature cache entries
@@ -112,6 +115,10 @@ class Profile:
             raise ProfileError("profile buffer pools hold at most 255 buffers each")
         if self.small_frame < 64:
             raise ProfileError("profile small_frame must be at least 64")
+        if not isinstance(self.espnow_links, int) or not 1 <= self.espnow_links <= 19:
+            raise ProfileError("profile espnow_links must be within 1..19 (the radio's 20 peers, one the broadcast address)")
+        if not isinstance(self.espnow_ring, int) or not 250 <= self.espnow_ring <= 16384:
+            raise ProfileError("profile espnow_ring must be within 250..16384 (one ESP-NOW message at least)")
         if self.ble_ring < 512:
             raise ProfileError("profile ble_ring must be at least 512 (two BLE packets)")
         if self.max_peers > 255:

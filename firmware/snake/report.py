@@ -140,7 +140,7 @@ def peers(r):
             out.append({
                 "port": p,
                 "key": platform.hexstr(r.port_key[p]),
-                "link": LINK_NAMES[r.port_link[p]] if r.port_link[p] < 5 else str(r.port_link[p]),
+                "link": LINK_NAMES[r.port_link[p]] if r.port_link[p] < len(LINK_NAMES) else str(r.port_link[p]),
                 "root": platform.hexstr(t.ann_root[p]) if t.ann_valid[p] else None,
                 "root_seq": t.ann_seq[p] if t.ann_valid[p] else None,
                 "coords": coords,

@@ -8,7 +8,7 @@ from snake.wire import TYPE_NAMES
 
 # Link types in the reference's numbering (docs/reference/PROTOCOL_NOTES.md "Link types"); the
 # names are those of `peers` records.
-LINK_NAMES = ("local", "wifi", "bonjour", "remote", "ble")
+LINK_NAMES = ("local", "wifi", "bonjour", "remote", "ble", "espnow")
 
 # Byte counters are kept as (low, high) pairs: low stays below BYTES_CARRY
 # and every BYTES_CARRY bytes move into high. A 32-bit MicroPython small int

@@ -31,7 +31,7 @@ from host_tools.procmesh.nodeproc import NodeProcess, free_port
 from host_tools.sim import topology as T
 from host_tools.sim.keys import policy_in_force, policy_seed
 
-LINK_NAMES = ("wifi", "ble", "remote")
+LINK_NAMES = ("wifi", "ble", "remote", "espnow")
 
 
 def parse_topology(path):
@@ -56,8 +56,8 @@ def parse_topology(path):
                 opt = tok[1:]
                 if "=" not in opt:
                     if opt not in LINK_NAMES:
-                        raise InputError("%s:%d: unknown link type @%s (process mesh: @wifi, @ble or "
-                                         "@remote)" % (path, lineno, opt))
+                        raise InputError("%s:%d: unknown link type @%s (process mesh: @wifi, @ble, "
+                                         "@espnow or @remote)" % (path, lineno, opt))
                     link = opt
                 else:
                     # simulator options (latency, bw, loss): checked, not used here
@@ -85,7 +85,8 @@ def parse_topology(path):
 class ProcessMesh(object):
     def __init__(self, topology, out_dir, seed=1, profile="UNIX", ble_latency_ms=5.0,
                  heapsize=None, log=None, mpy=False, hub_profile=None, node_profiles=None,
-                 micropython=None, gateway_root=False, root_node=None):
+                 micropython=None, gateway_root=False, root_node=None, espnow_loss=0.0,
+                 espnow_latency_ms=2.0):
         self.topology_path = topology
         self.names, self.edges = parse_topology(topology)
         self.out_dir = out_dir
@@ -104,6 +105,10 @@ class ProcessMesh(object):
         except PR.ProfileSpecError as e:
             raise InputError(str(e))
         self.ble_latency_ms = ble_latency_ms
+        self.espnow_loss = espnow_loss
+        self.espnow_latency_ms = espnow_latency_ms
+        self.espnow = None       # the ESP-NOW medium process
+        self.espnow_addr = None
         self.heapsize = heapsize
         self.mpy = mpy            # run the firmware compiled to .mpy, as on a board
         self.micropython = micropython   # interpreter binary (None: the venv's micropython)
@@ -183,11 +188,20 @@ class ProcessMesh(object):
                     f.write("%s %s @ble\n" % (a, b))
                     ble_nodes.update((a, b))
             self._start_medium(topo)
+        now_edges = [(a, b) for a, b, l in self.edges if l == "espnow"]
+        now_nodes = set()
+        if now_edges:
+            topo = os.path.join(self._tmp.name, "espnow-topology.txt")
+            with open(topo, "w") as f:
+                for a, b in now_edges:
+                    f.write("%s %s @espnow\n" % (a, b))
+                    now_nodes.update((a, b))
+            self._start_espnow(topo)
         listen = {n: ("127.0.0.1", free_port()) for n in self.names}
         index = {n: i for i, n in enumerate(self.names)}
         connect = {n: [] for n in self.names}
         for a, b, link in self.edges:
-            if link == "ble":
+            if link in ("ble", "espnow"):
                 continue
             lo, hi = (a, b) if index[a] < index[b] else (b, a)
             connect[hi].append(listen[lo])
@@ -195,7 +209,8 @@ class ProcessMesh(object):
         for n in self.names:
             self._spec[n] = dict(seed=self.seeds[n], listen=listen[n], connect=connect[n],
                                  multicast=False, profile=self.profile_of(n), heapsize=self.heapsize,
-                                 mpy_dir=self.mpy_dir, micropython=self.micropython, ble_medium=self.medium_addr if n in ble_nodes else None, ble_name=n)
+                                 mpy_dir=self.mpy_dir, micropython=self.micropython, ble_medium=self.medium_addr if n in ble_nodes else None, ble_name=n,
+                                 espnow_medium=self.espnow_addr if n in now_nodes else None)
             self._launch(n, boot_timeout)
             node = self.nodes[n]
             self.log("node %-10s up  %s  console %s" % (n, node.pubkey[:16], node.pty_path))
@@ -238,6 +253,41 @@ class ProcessMesh(object):
         self.log("ble medium on %s (%d BLE links)" % (self.medium_addr,
                                                       sum(1 for e in self.edges if e[2] == "ble")))
 
+    def _start_espnow(self, topo):
+        cmd = [sys.executable, "-m", "host_tools.espnowemu.medium", "--topology", topo, "--port", "0",
+               "--latency-ms", str(self.espnow_latency_ms), "--loss", str(self.espnow_loss),
+               "--seed", str(self.seed if isinstance(self.seed, int) else 1)]
+        from host_tools import REPO_ROOT
+        errf = os.path.join(self.out_dir, "logs", "espnow-medium.stderr")
+        self.espnow = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                                       stderr=open(errf, "w"), text=True)
+        line = self.espnow.stdout.readline()
+        if "listening on" not in line:
+            raise CliError("the emulated ESP-NOW medium did not start (see %s)" % errf)
+        self.espnow_addr = line.strip().rsplit(" ", 1)[1]
+        self.log("espnow medium on %s (%d ESP-NOW links, loss %g)"
+                 % (self.espnow_addr, sum(1 for e in self.edges if e[2] == "espnow"), self.espnow_loss))
+
+    def espnow_ctl(self, command):
+        """A control command to the ESP-NOW medium (cut A B, link A B, stats, ...)."""
+        import socket
+        import struct
+        host, port = self.espnow_addr.rsplit(":", 1)
+        s = socket.create_connection((host, int(port)), timeout=5)
+        try:
+            body = command.encode()
+            s.sendall(struct.pack(">HB", len(body) + 1, 32) + body)
+            buf = b""
+            while True:
+                d = s.recv(65536)
+                if not d:
+                    raise CliError("the ESP-NOW medium closed the control connection")
+                buf += d
+                if len(buf) >= 3 and len(buf) >= 2 + ((buf[0] << 8) | buf[1]):
+                    return json.loads(buf[3:2 + ((buf[0] << 8) | buf[1])].decode())
+        finally:
+            s.close()
+
     def stop(self):
         for n, node in list(self.nodes.items()):
             try:
@@ -255,6 +305,16 @@ class ProcessMesh(object):
                     self.medium.kill()
                     self.medium.wait(5)
             self.medium = None
+        if self.espnow is not None:
+            if self.espnow.poll() is None:
+                self.espnow.terminate()
+                try:
+                    self.espnow.wait(5)
+                except subprocess.TimeoutExpired:
+                    self.espnow.kill()
+                    self.espnow.wait(5)
+            self.espnow.stdout.close()
+            self.espnow = None
         if self._tel is not None:
             self._tel.close()
             self._tel = None
@@ -270,6 +330,8 @@ class ProcessMesh(object):
         out = [n.proc.pid for n in self.nodes.values() if n.proc is not None]
         if self.medium is not None:
             out.append(self.medium.pid)
+        if self.espnow is not None:
+            out.append(self.espnow.pid)
         return out
 
     # -- output --------------------------------------------------------------

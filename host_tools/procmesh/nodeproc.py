@@ -146,7 +146,8 @@ class NodeProcess(object):
     def __init__(self, seed=None, key_file=None, listen=None, connect=(), multicast=True,
                  ble_medium=None, profile=None, heapsize=None, mpy_dir=None, netns_pid=None,
                  console_port=None, handshake_timeout=None, micropython=None, stderr=None,
-                 extra_args=(), env=None, ble_name=None, main=None, keep_lines=200):
+                 extra_args=(), env=None, ble_name=None, main=None, keep_lines=200,
+                 espnow_medium=None):
         if seed is None and key_file is None:
             raise InputError("a node needs --seed or --key-file")
         self.seed = bytes(seed) if seed is not None else None
@@ -162,6 +163,7 @@ class NodeProcess(object):
         self.multicast = multicast
         self.ble_medium = ble_medium
         self.ble_name = ble_name
+        self.espnow_medium = espnow_medium
         self.profile = profile
         self.heapsize = heapsize
         self.mpy_dir = mpy_dir
@@ -228,6 +230,8 @@ class NodeProcess(object):
             cmd.append("--no-multicast")
         if self.ble_medium:
             cmd += ["--ble-medium", str(self.ble_medium)]
+        if self.espnow_medium:
+            cmd += ["--espnow-medium", str(self.espnow_medium)]
         if self.handshake_timeout is not None:
             cmd += ["--handshake-timeout", str(self.handshake_timeout)]
         cmd += self.extra_args
@@ -251,6 +255,12 @@ class NodeProcess(object):
             env["SNAKEMESH_BLE_MEDIUM"] = str(self.ble_medium)
             # the node's name in the medium's topology: given, or its key prefix
             env["SNAKEMESH_BLE_NAME"] = str(self.ble_name or self.pubkey[:8])
+        if self.espnow_medium:
+            # the emulated `espnow` module and its radio medium; the name as for BLE
+            from host_tools.espnowemu import ESPNOWEMU_DIR
+            path.append(ESPNOWEMU_DIR)
+            env["SNAKEMESH_ESPNOW_MEDIUM"] = str(self.espnow_medium)
+            env["SNAKEMESH_ESPNOW_NAME"] = str(self.ble_name or self.pubkey[:8])
         env["MICROPYPATH"] = ":".join(path)
         env.pop("SNAKEMESH_SEED", None)
         if self.seed is not None:

@@ -82,14 +82,25 @@ async def start(args):
             from snake.runtime import ble   # noqa: F401
         except ImportError:
             pass
+    now_radio = profile.espnow or getattr(cfg, "espnow_medium", None)
+    if now_radio:
+        try:
+            from snake.runtime import espnow_port   # noqa: F401
+        except ImportError:
+            pass
     if meter is not None:
         meter.mark("code")
-    if radio:
-        platform.try_import("bluetooth")
+    if radio or now_radio:
+        if radio:
+            platform.try_import("bluetooth")
+        if now_radio:
+            platform.try_import("espnow")
         if meter is not None:
-            # a board's `bluetooth` is a C module; the host's emulation of it
-            # (host_tools/blemu) is Python, counted apart from the firmware
-            meter.mark("radio_emulation" if "_blemu_proto" in sys.modules else "code")
+            # a board's `bluetooth` and `espnow` are C modules; the host's
+            # emulations of them (host_tools/blemu, host_tools/espnowemu) are
+            # Python, counted apart from the firmware
+            emu = "_blemu_proto" in sys.modules or getattr(sys.modules.get("espnow"), "OP_RX", None)
+            meter.mark("radio_emulation" if emu else "code")
     console = Console(None, boot_error=None)
     node = None
     if seed is None:
@@ -111,6 +122,9 @@ async def start(args):
         if profile.ble or getattr(cfg, "ble_medium", None):
             start_ble(node, console)
             node._mark("ble")
+        if now_radio:
+            start_espnow(node, cfg)
+            node._mark("espnow")
         node._mark("console")
         if platform.MICROPYTHON:
             _drop_constructors()
@@ -140,7 +154,8 @@ _BUILT_ONCE = (("snake.runtime.node", ("Node", "BufPool", "SendQueues")),
                ("snake.runtime.probe", ("Prober",)),
                ("snake.platform", ("Meter",)),
                ("snake.runtime.wifi", ("Wifi",)),
-               ("snake.runtime.ble", ("BleManager",)))
+               ("snake.runtime.ble", ("BleManager",)),
+               ("snake.runtime.espnow_port", ("EspNowManager",)))
 
 
 def _drop_constructors():
@@ -325,6 +340,30 @@ def start_ble(node, console):
     return mgr
 
 
+# ---- ESP-NOW -----------------------------------------------------------------
+def start_espnow(node, cfg):
+    """ESP-NOW links (snake/runtime/espnow_port.py) when this platform has the radio:
+    a board's `espnow` module, or the host emulation (host_tools/espnowemu
+    on the module path, SNAKEMESH_ESPNOW_MEDIUM set: `snakemesh node
+    --espnow-medium`). After the Wi-Fi bring-up: on an access point ESP-NOW
+    takes its channel."""
+    if platform.try_import("espnow") is None:
+        node.warn("espnow: no espnow module on this platform: ESP-NOW off")
+        return None
+    try:
+        from snake.runtime.espnow_port import EspNowManager
+        mgr = EspNowManager(node.profile, node.key, node.start_link, None, cfg)
+        mgr.start()
+    except (ImportError, OSError, ValueError, AttributeError) as e:
+        node.warn("espnow: cannot start: %s" % (e,))
+        return None
+    for n in mgr.notes:
+        node.warn("espnow: " + n)
+    mgr.notes = None
+    node.espnow = mgr
+    return mgr
+
+
 def out_of_memory():
     """The heap could not even boot the node: one line, then the console
     answers with the error. Returns the exit status."""
@@ -342,7 +381,7 @@ class Settings:
 
 
 SETTINGS = ("key_error", "listen", "connect", "multicast", "ble_medium", "ssid", "password",
-            "hs_timeout_ms")
+            "hs_timeout_ms", "espnow_medium", "espnow_channel", "espnow_lr")
 
 
 def _settings(cfg):

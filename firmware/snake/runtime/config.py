@@ -11,6 +11,10 @@
 #       "multicast": true|false      override the profile's multicast switch
 #       "handshake_timeout": 10      seconds
 #       "ble_medium": "ADDR"         emulated BLE medium (host tests only)
+#       "espnow_channel": 1..14      ESP-NOW's Wi-Fi channel when not on an
+#                                    access point (on one: the AP's channel)
+#       "espnow_lr": true|false      ESP-NOW in long-range mode (WLAN.PROTOCOL_LR)
+#       "espnow_medium": "ADDR"      emulated ESP-NOW medium (host tests only)
 # On the unix port / CPython (argv, then SNAKEMESH_* environment):
 #   --key-file PATH        seed file (raw 32 bytes or 64 hex digits)
 #   --seed HEX             seed on the command line (visible in `ps`: prefer
@@ -22,6 +26,7 @@
 #   --connect HOST:PORT    static peer (repeatable)
 #   --no-multicast         no LAN beacons / multicast listener
 #   --ble-medium ADDR      emulated BLE medium address
+#   --espnow-medium ADDR   emulated ESP-NOW medium address
 #   --handshake-timeout S  handshake deadline in seconds (default 10)
 #   SNAKEMESH_SEED (hex seed), SNAKEMESH_KEY_FILE, SNAKEMESH_PROFILE,
 #   SNAKEMESH_HANDSHAKE_TIMEOUT work like the options.
@@ -98,6 +103,9 @@ class Config:
         self.connect = []           # [(host, port)]
         self.multicast = None       # None: as the profile says
         self.ble_medium = None
+        self.espnow_medium = None
+        self.espnow_channel = 0     # 0: the interface's (the AP's when on one)
+        self.espnow_lr = False
         self.ssid = None
         self.password = None
         self.hs_timeout_ms = 10000
@@ -132,6 +140,14 @@ class Config:
                 self.set_hs_timeout(v, source)
             elif k == "ble_medium":
                 self.ble_medium = str(v)
+            elif k == "espnow_medium":
+                self.espnow_medium = str(v)
+            elif k == "espnow_channel":
+                if not isinstance(v, int) or not 1 <= v <= 14:
+                    raise ConfigError(source + ": espnow_channel must be a channel within 1..14")
+                self.espnow_channel = v
+            elif k == "espnow_lr":
+                self.espnow_lr = bool(v)
             else:
                 raise ConfigError(source + ": unknown key " + k)
 
@@ -188,6 +204,7 @@ def default_profile(argv0=None):
 
 USAGE = ("usage: main.py [--key-file PATH | --seed HEX] [--profile PATH] [--config PATH] "
          "[--listen HOST:PORT] [--connect HOST:PORT ...] [--no-multicast] [--ble-medium ADDR] "
+         "[--espnow-medium ADDR] "
          "[--handshake-timeout S]")
 
 
@@ -234,6 +251,9 @@ def from_argv(argv, getenv=None, argv0=None):
             c.multicast = False
         elif a == "--ble-medium":
             c.ble_medium = val(i)
+            i += 1
+        elif a == "--espnow-medium":
+            c.espnow_medium = val(i)
             i += 1
         elif a == "--handshake-timeout":
             c.set_hs_timeout(val(i), "--handshake-timeout")

@@ -394,6 +394,7 @@ class Node:
         self.ticker = None
         self.wifi = None         # snake.runtime.wifi.Wifi, when started
         self.ble = None          # snake.runtime.ble.BleManager, when started
+        self.espnow = None       # snake.runtime.espnow_port.EspNowManager, when started
         self._mark("node")
 
     # ---- helpers ------------------------------------------------------
@@ -524,7 +525,8 @@ class Node:
             r.peer_refused()
             self.log("no free port for %s" % link.name)
             return 0
-        limit = self.profile.ble_queue if link.link_type == LINK_BLE else self.profile.wifi_queue
+        # radio links (BLE 4, ESP-NOW 5) get the short queue
+        limit = self.profile.ble_queue if link.link_type >= LINK_BLE else self.profile.wifi_queue
         self.sq.reset(port, limit)
         self.links[port] = link
         try:

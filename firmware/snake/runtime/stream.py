@@ -104,7 +104,7 @@ async def handshake(node, link, buf):
     if err is not None:
         if getattr(link, "evicted", False):
             err = "evicted"     # Node.admit / Node._slow closed it
-        if err == "send" and getattr(link, "outbound", False) and link.link_type != 4:
+        if err == "send" and getattr(link, "outbound", False) and link.link_type < 4:
             # our first write on a TCP link we dialled failed: the connection
             # never came up (a refused connect on a board): a failed dial
             node.stat("dial_fail")
