@@ -86,7 +86,7 @@ class ProcessMesh(object):
     def __init__(self, topology, out_dir, seed=1, profile="UNIX", ble_latency_ms=5.0,
                  heapsize=None, log=None, mpy=False, hub_profile=None, node_profiles=None,
                  micropython=None, gateway_root=False, root_node=None, espnow_loss=0.0,
-                 espnow_latency_ms=2.0):
+                 espnow_latency_ms=2.0, espnow_retries=2):
         self.topology_path = topology
         self.names, self.edges = parse_topology(topology)
         self.out_dir = out_dir
@@ -107,6 +107,7 @@ class ProcessMesh(object):
         self.ble_latency_ms = ble_latency_ms
         self.espnow_loss = espnow_loss
         self.espnow_latency_ms = espnow_latency_ms
+        self.espnow_retries = espnow_retries
         self.espnow = None       # the ESP-NOW medium process
         self.espnow_addr = None
         self.heapsize = heapsize
@@ -256,6 +257,7 @@ class ProcessMesh(object):
     def _start_espnow(self, topo):
         cmd = [sys.executable, "-m", "host_tools.espnowemu.medium", "--topology", topo, "--port", "0",
                "--latency-ms", str(self.espnow_latency_ms), "--loss", str(self.espnow_loss),
+               "--retries", str(self.espnow_retries),
                "--seed", str(self.seed if isinstance(self.seed, int) else 1)]
         from host_tools import REPO_ROOT
         errf = os.path.join(self.out_dir, "logs", "espnow-medium.stderr")

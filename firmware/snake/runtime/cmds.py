@@ -213,6 +213,8 @@ def _run(c, cmd, args, rid):
         d["probes"] = report.probes(node.probes)
         d["console"] = {"requests": c.requests, "bad_lines": c.bad_lines,
                         "dropped_lines": c.dropped, "oom": c.oom}
+        if getattr(node, "espnow", None) is not None:
+            d["espnow"] = node.espnow.snapshot()
         return d
     if cmd == "mem":
         _need(args, 0, 0, "mem")
