@@ -106,9 +106,10 @@ firmware-image:
 #                   rebuilt whenever firmware/, lib/ or the manifest change
 #   $(MP32_STOCK)   stock-like: only asyncio frozen, as on stock board
 #                   firmware; the node's code is imported as .mpy
-# Both also freeze the emulated `bluetooth` module (host_tools/blemu): it
-# stands in for the C module a board has built in, so its code must not
-# count as heap the board would spend.
+# Both also freeze the emulated `bluetooth` and `espnow` modules
+# (host_tools/blemu, host_tools/espnowemu): they stand in for the C modules
+# a board has built in, so their code must not count as heap the board
+# would spend.
 # Run a node on one: snakemesh node --micropython build/mp32/micropython-frozen
 MICROPY_VERSION := 1.28.0
 MICROPY_ARCHIVE := micropython-$(MICROPY_VERSION)-unix-src.tar.gz
@@ -122,7 +123,7 @@ MP32_MPY_CROSS := $(MP32_TREE)/mpy-cross/build/mpy-cross
 MP32_FLAGS := VARIANT=standard MICROPY_FORCE_32BIT=1 MICROPY_PY_FFI=0 MICROPY_PY_BTREE=0 \
               MICROPY_PY_SSL=0 MICROPY_SSL_MBEDTLS=0 CFLAGS_EXTRA=-DMICROPY_PY_CRYPTOLIB=0
 MP32_JOBS ?= -j2
-FW_SOURCES := $(wildcard firmware/*.py firmware/snake/*.py firmware/snake/runtime/*.py lib/*.py host_tools/blemu/bluetooth.py host_tools/blemu/_blemu_proto.py) boards/ESP32_GENERIC/manifest.py boards/esp32_manifest.py
+FW_SOURCES := $(wildcard firmware/*.py firmware/snake/*.py firmware/snake/runtime/*.py lib/*.py host_tools/blemu/bluetooth.py host_tools/blemu/_blemu_proto.py host_tools/espnowemu/espnow.py host_tools/espnowemu/aioespnow.py) boards/ESP32_GENERIC/manifest.py boards/esp32_manifest.py
 
 mp32: mp32-frozen mp32-stock
 mp32-frozen: $(MP32_FROZEN)
@@ -143,12 +144,14 @@ $(MP32_MPY_CROSS): $(MP32_TREE)/.unpacked
 	$(MAKE) -s -C $(MP32_TREE)/mpy-cross $(MP32_JOBS)
 
 # stock-like: what a stock board image has frozen that the node uses (asyncio),
-# plus the emulated `bluetooth` module standing in for the board's C module
+# plus the emulated `bluetooth` and `espnow` modules standing in for the board's C modules
 $(MP32_DIR)/stock-manifest.py: Makefile
 	mkdir -p $(MP32_DIR)
 	{ echo 'include("$$(MPY_DIR)/extmod/asyncio")'; \
 	  echo 'module("bluetooth.py", base_path="$(CURDIR)/host_tools/blemu")'; \
-	  echo 'module("_blemu_proto.py", base_path="$(CURDIR)/host_tools/blemu")'; } > $@
+	  echo 'module("_blemu_proto.py", base_path="$(CURDIR)/host_tools/blemu")'; \
+	  echo 'module("espnow.py", base_path="$(CURDIR)/host_tools/espnowemu")'; \
+	  echo 'module("aioespnow.py", base_path="$(CURDIR)/host_tools/espnowemu")'; } > $@
 
 $(MP32_FROZEN): $(MP32_MPY_CROSS) $(FW_SOURCES) | mp32-deps
 	SNAKEMESH_ROOT=$(CURDIR) SNAKEMESH_PORT=unix $(MAKE) -s -C $(MP32_TREE)/ports/unix BUILD=build-32f \
@@ -156,7 +159,8 @@ $(MP32_FROZEN): $(MP32_MPY_CROSS) $(FW_SOURCES) | mp32-deps
 	cp $(MP32_TREE)/ports/unix/build-32f/micropython $@
 
 $(MP32_STOCK): $(MP32_MPY_CROSS) $(MP32_DIR)/stock-manifest.py host_tools/blemu/bluetooth.py \
-               host_tools/blemu/_blemu_proto.py | mp32-deps
+               host_tools/blemu/_blemu_proto.py host_tools/espnowemu/espnow.py \
+               host_tools/espnowemu/aioespnow.py | mp32-deps
 	$(MAKE) -s -C $(MP32_TREE)/ports/unix BUILD=build-32s \
 	  $(MP32_FLAGS) FROZEN_MANIFEST=$(CURDIR)/$(MP32_DIR)/stock-manifest.py $(MP32_JOBS)
 	cp $(MP32_TREE)/ports/unix/build-32s/micropython $@

@@ -9,9 +9,10 @@
 # The same body builds the 32-bit unix-port emulator of a board's
 # interpreter (`make mp32-frozen`, SNAKEMESH_PORT=unix): that port has no
 # boards/manifest.py, so asyncio (what the ESP32 port's manifest freezes that
-# the node uses) is included explicitly instead, and so is the emulated
-# `bluetooth` module (host_tools/blemu), which stands in for the board's
-# built-in C module: its code belongs in the image, not in the heap.
+# the node uses) is included explicitly instead, and so are the emulated
+# `bluetooth` and `espnow` modules (host_tools/blemu, host_tools/espnowemu),
+# which stand in for the board's built-in C modules: their code belongs in
+# the image, not in the heap.
 import os
 
 _ROOT = os.environ["SNAKEMESH_ROOT"]  # set by the Makefile: the checkout
@@ -20,6 +21,8 @@ if os.environ.get("SNAKEMESH_PORT") == "unix":
     include("$(MPY_DIR)/extmod/asyncio")
     module("bluetooth.py", base_path=_ROOT + "/host_tools/blemu")
     module("_blemu_proto.py", base_path=_ROOT + "/host_tools/blemu")
+    module("espnow.py", base_path=_ROOT + "/host_tools/espnowemu")
+    module("aioespnow.py", base_path=_ROOT + "/host_tools/espnowemu")
 else:
     include("$(PORT_DIR)/boards/manifest.py")
 package("snake", base_path=_ROOT + "/firmware")
