@@ -4,7 +4,8 @@
 
 Three nodes with a board profile in a TCP triangle on loopback (static
 peering) plus a BLE link per pair through the emulated radio medium (when
-the profile has BLE); scripted peers (Filler) take every
+the profile has BLE) and an ESP-NOW link per pair through the emulated
+ESP-NOW medium (when the profile has ESP-NOW); scripted peers (Filler) take every
 other port and keep every table full with a bootstrap / traffic / wakeup
 flood from many keys. Every 5 s: a ping between two nodes, each node's
 `stats` (occupancy) and `mem` (heap after gc.collect(), parts), for the
@@ -14,6 +15,7 @@ FILL_GRACE_S more): on a loaded machine a node verifies the flood late, and
 the run waits for the tables instead of failing on the load.
 
     res = run(profile, variant, heap, seconds, out_dir)
+    profile: a board name (boards/NAME/profile.json) or a profile file
     res.samples[name] = [(t, free, heap, occupancy)], res.final[name] = `mem`,
     res.stats / res.status / res.alive / res.logs, res.errors (list of str)
 """
@@ -33,6 +35,7 @@ from fakepeer import FakePeer
 
 TOPOLOGY_BLE = "a b c a\na b @ble\nb c @ble\nc a @ble\n"
 TOPOLOGY_WIFI = "a b c a\n"
+TOPOLOGY_ESPNOW = "a b c a @espnow\n"
 TABLES = ("peers", "routes", "coords", "sigcache", "wakeups")
 SYNTH_PER_NODE = 48
 TRAFFIC_KEYS = 6
@@ -156,13 +159,20 @@ def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None):
     mpy = variant == "stock"
     from host_tools import BOARDS_DIR
     import json
-    with open(os.path.join(BOARDS_DIR, profile, "profile.json")) as f:
-        ble = json.load(f).get("ble", False)
+    path = profile if os.path.isfile(profile) else os.path.join(BOARDS_DIR, profile, "profile.json")
+    with open(path) as f:
+        pd = json.load(f)
+    ble = pd.get("ble", False)
+    espnow = pd.get("espnow", False)
     os.makedirs(out_dir, exist_ok=True)
     topo = os.path.join(out_dir, "topology.txt")
     with open(topo, "w") as f:
         f.write(TOPOLOGY_BLE if ble else TOPOLOGY_WIFI)
-    real_links = 4 if ble else 2
+        if espnow:
+            f.write(TOPOLOGY_ESPNOW)
+    want = sorted((["ble", "ble"] if ble else []) + (["espnow", "espnow"] if espnow else [])
+                  + ["remote", "remote"])
+    real_links = len(want)
     res = Result()
     res.profile, res.variant, res.heap, res.seconds, res.binary = profile, variant, heap, seconds, binary
     m = ProcessMesh(topo, os.path.join(out_dir, "mesh"), seed=13, profile=profile, heapsize=heap,
@@ -176,7 +186,6 @@ def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None):
         # while the third is still being dialled again (a static peer that
         # refused the first attempt at start-up backs off): wait for every
         # link before filling the tables
-        want = ["ble", "ble", "remote", "remote"] if ble else ["remote", "remote"]
         until = time.monotonic() + LINKS_WAIT_S
         while True:
             peers = dict((n, sorted(p["link"] for p in _req(m, n, "peers")["peers"])) for n in names)

@@ -71,6 +71,7 @@ _NAMES = {0x3065: "ESP_ERR_ESPNOW_NOT_INIT", 0x3066: "ESP_ERR_ESPNOW_ARG",
 BROADCAST = b"\xff\xff\xff\xff\xff\xff"
 _RX_OVERHEAD = 13          # per buffered message: mac, length and ring bookkeeping
 _RXBUF_DEFAULT = 526       # two 250-byte messages (the C module's default)
+_IN_SIZE = 800             # the input buffer: three complete messages from the medium
 
 # Messages between radio and medium: u16 length (counts op + body) | u8 op | body
 OP_HELLO = 1        # u8 channel | name (utf-8)
@@ -135,16 +136,21 @@ class ESPNow:
         self._sock = None
         self._stream = None
         self._poller = None
-        self._in = bytearray(1024)   # bytes read from the medium, not yet parsed
+        self._in = bytearray(_IN_SIZE)   # bytes read from the medium, not yet parsed
         self._n = 0
-        self._rxq = []               # [mac, bytes] waiting to be read
-        self._rxq_bytes = 0
+        self._rb = None              # the receive buffer (made by active(True))
+        self._rx_head = 0
+        self._rx_held = 0
+        self._rx_used = 0            # bytes charged against rxbuf
+        self._rx_count = 0
+        self._macbuf = bytearray(6)
+        self._fresh = False          # a message arrived that the irq callback has not been told of
         self._rxbuf = _RXBUF_DEFAULT
         self._timeout = 300000
         self._peers = {}             # mac -> [lmk, channel, ifidx, encrypt]
         self.peers_table = {}
         self._pair = [None, None]    # irecv()'s callee-owned result
-        self._msgbuf = bytearray(MAX_DATA_LEN)
+        self._msg = bytearray(MAX_DATA_LEN)
         self._token = 0
         self._pending = 0            # sends without a status yet
         self._status = {}            # token -> ok, for sync sends
@@ -173,20 +179,25 @@ class ESPNow:
         self._poller.register(s, select.POLLIN)
         self._raw(frame(OP_HELLO, bytes([self._channel]) + self._name.encode()))
         t0 = time.time()
+        b = self._in
         while True:
             if time.time() - t0 > 5:
                 self._close()
                 raise OSError(ESP_ERR_ESPNOW_IF, "ESP-NOW medium did not answer")
             self._read(500)
-            m = self._next()
-            if m is None:
+            if self._n < 3 or self._n < 2 + ((b[0] << 8) | b[1]):
                 continue
-            op, body = m
+            ln = (b[0] << 8) | b[1]
+            op = b[2]
+            body = bytes(b[3:2 + ln])
+            rest = self._n - 2 - ln
+            b[0:rest] = b[2 + ln:self._n]
+            self._n = rest
             if op == OP_ERROR:
                 self._close()
-                raise OSError(ESP_ERR_ESPNOW_IF, "ESP-NOW medium: " + bytes(body).decode())
+                raise OSError(ESP_ERR_ESPNOW_IF, "ESP-NOW medium: " + body.decode())
             if op == OP_HELLO_ACK:
-                self._mac = bytes(body[0:6])
+                self._mac = body[0:6]
                 break
         s.setblocking(False)
 
@@ -218,70 +229,58 @@ class ESPNow:
             off += n or 0
 
     def _read(self, timeout_ms):
-        """Read what the medium sent (waiting up to timeout_ms); False when
-        the medium is gone."""
+        """Read what the medium sent (waiting up to timeout_ms) into the
+        input buffer; False when the medium is gone."""
         s = self._sock
         if s is None:
             return False
         if timeout_ms and not self._poller.poll(timeout_ms):
             return True
         try:
-            d = s.recv(4096)
+            k = s.readinto(self._space()) if _MP else s.recv_into(self._space())
         except OSError:
             return True
-        if d is None:
+        if k is None:
             return True
-        if not d:
+        if not k:
             print("espnowemu: the ESP-NOW medium closed the connection")
             self._close()
             return False
-        self._feed(d)
+        self._n += k
         return True
 
-    def _feed(self, d):
-        need = self._n + len(d)
-        if need > len(self._in):
-            nb = bytearray(need * 2)
-            nb[0:self._n] = self._in[0:self._n]
-            self._in = nb
-        self._in[self._n:need] = d
-        self._n = need
-
-    def _next(self):
-        b = self._in
-        if self._n < 3:
-            return None
-        ln = (b[0] << 8) | b[1]
-        if self._n < 2 + ln:
-            return None
-        op = b[2]
-        body = bytes(b[3:2 + ln])
-        rest = self._n - 2 - ln
-        b[0:rest] = b[2 + ln:self._n]
-        self._n = rest
-        return op, body
+    def _space(self):
+        # free room behind the unparsed bytes; one buffer for the radio's
+        # life (inside an emulated node it shares the board-sized heap).
+        # Complete messages are taken out first (into the receive buffer,
+        # or dropped as the radio does when it is full), so the room holds
+        # at least one more whole message.
+        if len(self._in) - self._n < 2 * 263:
+            if self._dispatch():
+                self._fresh = True
+        return memoryview(self._in)[self._n:]
 
     def _dispatch(self):
-        """Handle every complete message; True if a message was received."""
+        """Handle every complete message from the medium; True if one was
+        a received ESP-NOW message."""
         got = False
-        while True:
-            m = self._next()
-            if m is None:
-                return got
-            op, b = m
+        b = self._in
+        p = 0
+        while self._n - p >= 3:
+            ln = (b[p] << 8) | b[p + 1]
+            if self._n - p < 2 + ln:
+                break
+            op = b[p + 2]
+            q = p + 3
             if op == OP_RX:
                 self._stats[3] += 1
-                data = b[7:]
-                cost = len(data) + _RX_OVERHEAD
-                if self._rxq_bytes + cost > self._rxbuf:
+                if self._rx_put(b, q, ln - 1):
+                    got = True
+                else:
                     self._stats[4] += 1        # acked by the radio all the same
-                    continue
-                self._rxq.append((b[0:6], b[6] - 256 if b[6] > 127 else b[6], data))
-                self._rxq_bytes += cost
-                got = True
             elif op == OP_STATUS:
-                tok = (b[0] << 8) | b[1]
-                ok = b[2]
+                tok = (b[q] << 8) | b[q + 1]
+                ok = b[q + 2]
                 if self._pending:
                     self._pending -= 1
                 if ok:
@@ -291,7 +290,59 @@ class ESPNow:
                 if tok in self._status:
                     self._status[tok] = ok
             elif op == OP_ERROR:
-                print("espnowemu: medium error:", bytes(b).decode())
+                print("espnowemu: medium error:", bytes(b[q:p + 2 + ln]).decode())
+            p += 2 + ln
+        if p:
+            rest = self._n - p
+            if rest:
+                b[0:rest] = b[p:self._n]
+            self._n = rest
+        return got
+
+    def _rx_put(self, src, off, n):
+        # the receive buffer, as the C module's ring: per message its
+        # length, the sender's MAC and RSSI, the data (n - 7 bytes here)
+        data = n - 7
+        if data < 0:
+            return False
+        cost = data + _RX_OVERHEAD
+        if self._rx_used + cost > self._rxbuf:
+            return False
+        r = self._rb
+        size = len(r)
+        w = (self._rx_head + self._rx_held) % size
+        r[w] = data
+        w = (w + 1) % size
+        for i in range(n):
+            r[w] = src[off + i]
+            w = (w + 1) % size
+        self._rx_held += n + 1
+        self._rx_used += cost
+        self._rx_count += 1
+        return True
+
+    def _rx_get(self):
+        """(mac, rssi, n) of the oldest message, its data in self._msg[0:n]."""
+        r = self._rb
+        size = len(r)
+        h = self._rx_head
+        n = r[h]
+        h = (h + 1) % size
+        mac = self._macbuf
+        for i in range(6):
+            mac[i] = r[h]
+            h = (h + 1) % size
+        rssi = r[h]
+        h = (h + 1) % size
+        m = self._msg
+        for i in range(n):
+            m[i] = r[h]
+            h = (h + 1) % size
+        self._rx_head = h
+        self._rx_held -= n + 8
+        self._rx_used -= n + _RX_OVERHEAD
+        self._rx_count -= 1
+        return mac, rssi - 256 if rssi > 127 else rssi, n
 
     def _poll_now(self):
         while self._sock is not None and self._poller.poll(0):
@@ -320,19 +371,23 @@ class ESPNow:
                 if _MP:
                     if self._stream is None:
                         self._stream = asyncio.StreamReader(self._sock)
-                    d = await self._stream.read(4096)
+                    k = await self._stream.readinto(self._space())
                 else:
-                    d = await asyncio.get_running_loop().sock_recv(self._sock, 4096)
+                    k = await asyncio.get_running_loop().sock_recv_into(self._sock, self._space())
             except OSError:
-                d = b""
+                k = 0
             if self._sock is None:
                 break
-            if not d:
+            if k is None:
+                continue
+            if not k:
                 print("espnowemu: the ESP-NOW medium closed the connection")
                 self._close()
                 break
-            self._feed(d)
-            if self._dispatch() and self._handler is not None:
+            self._n += k
+            got = self._dispatch() or self._fresh
+            self._fresh = False
+            if got and self._handler is not None:
                 try:
                     self._handler(self)
                 except Exception as e:
@@ -351,8 +406,9 @@ class ESPNow:
         if on and not self._active:
             self._connect()
             self._active = True
-            self._rxq = []
-            self._rxq_bytes = 0
+            # the C module allocates its receive buffer here
+            self._rb = bytearray(self._rxbuf)
+            self._rx_head = self._rx_held = self._rx_used = self._rx_count = 0
             if self._handler is not None:
                 self._ensure_task()
         elif not on and self._active:
@@ -459,43 +515,47 @@ class ESPNow:
     # ------------------------------------------------------------ receiving
     def any(self):
         self._need()
-        if not self._rxq:
+        if not self._rx_count:
             self._poll_now()
-        return bool(self._rxq)
+        return self._rx_count > 0
 
     def poll(self):
         return self.any()
 
     def _take(self, timeout_ms):
+        """Wait for a message: (mac, n) with the data in self._msg, or None."""
         self._need()
         if timeout_ms is None:
             timeout_ms = self._timeout
-        if not self._rxq:
+        if not self._rx_count:
             self._poll_now()
-        if not self._rxq and timeout_ms != 0:
+        if not self._rx_count and timeout_ms != 0:
             t0 = time.time()
-            while not self._rxq and self._sock is not None:
+            while not self._rx_count and self._sock is not None:
                 left = -1 if timeout_ms < 0 else int(timeout_ms - (time.time() - t0) * 1000)
                 if timeout_ms >= 0 and left <= 0:
                     break
                 self._read(left if left > 0 else 1000)
                 self._dispatch()
-        if not self._rxq:
+        if not self._rx_count:
             return None
-        mac, rssi, data = self._rxq.pop(0)
-        self._rxq_bytes -= len(data) + _RX_OVERHEAD
+        mb, rssi, n = self._rx_get()
         # the sender's entry in the peer device table; mac is its key
-        for k in self.peers_table:
-            if k == mac:
+        t = self.peers_table
+        mac = None
+        for k in t:
+            if k[0] == mb[0] and k[1] == mb[1] and k[2] == mb[2] and k[3] == mb[3] \
+                    and k[4] == mb[4] and k[5] == mb[5]:
                 mac = k
                 break
-        ent = self.peers_table.get(mac)
-        if ent is None:
-            self.peers_table[mac] = [rssi, _ticks()]
+        if mac is None:
+            mac = bytes(mb)
+            t[mac] = [rssi, _ticks()]
         else:
-            ent[0] = rssi
-            ent[1] = _ticks()
-        return mac, data
+            e = t[mac]
+            e[0] = rssi
+            e[1] = _ticks()
+        return mac, n
 
     def irecv(self, timeout_ms=None):
         r = self._take(timeout_ms)
@@ -504,29 +564,25 @@ class ESPNow:
             p[0] = None
             p[1] = None
             return p
-        n = len(r[1])
-        if not isinstance(p[1], bytearray) or len(p[1]) != n:
-            # the C module resizes its one message buffer in place; a
-            # new bytearray here is the emulation's shortcut
-            p[1] = bytearray(r[1])
-        else:
-            p[1][0:n] = r[1]
         p[0] = r[0]
+        # the C module hands out its one message buffer resized in place;
+        # a view of the emulation's buffer is the nearest Python has
+        p[1] = memoryview(self._msg)[0:r[1]]
         return p
 
     def recv(self, timeout_ms=None):
         r = self._take(timeout_ms)
         if r is None:
             return [None, None]
-        return [r[0], bytes(r[1])]
+        return [r[0], bytes(self._msg[0:r[1]])]
 
     def recvinto(self, data, timeout_ms=None):
         r = self._take(timeout_ms)
         if r is None:
             return 0
-        n = len(r[1])
+        n = r[1]
         data[0] = r[0]
-        data[1][0:n] = r[1]
+        data[1][0:n] = self._msg[0:n]
         return n
 
     def __iter__(self):
