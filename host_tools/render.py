@@ -15,7 +15,8 @@ from snake.telemetry import LINK_NAMES as LINK_TYPES  # noqa: E402  (the firmwar
 # What a user calls each link type, the one name every table and drawing
 # shows: multicast-discovered (wifi), mDNS (bonjour) and static TCP peers
 # (remote) all run over Wi-Fi on a board.
-LINK_LABELS = {"wifi": "Wi-Fi", "bonjour": "Wi-Fi", "remote": "Wi-Fi", "ble": "BLE", "local": "local"}
+LINK_LABELS = {"wifi": "Wi-Fi", "bonjour": "Wi-Fi", "remote": "Wi-Fi", "ble": "BLE", "espnow": "ESP-NOW",
+               "local": "local"}
 
 
 def link_label(kind):

@@ -71,7 +71,7 @@ _NAMES = {0x3065: "ESP_ERR_ESPNOW_NOT_INIT", 0x3066: "ESP_ERR_ESPNOW_ARG",
 BROADCAST = b"\xff\xff\xff\xff\xff\xff"
 _RX_OVERHEAD = 13          # per buffered message: mac, length and ring bookkeeping
 _RXBUF_DEFAULT = 526       # two 250-byte messages (the C module's default)
-_IN_SIZE = 800             # the input buffer: three complete messages from the medium
+_IN_SIZE = 560             # the input buffer: two complete messages from the medium and a part
 
 # Messages between radio and medium: u16 length (counts op + body) | u8 op | body
 OP_HELLO = 1        # u8 channel | name (utf-8)
@@ -177,6 +177,9 @@ class ESPNow:
         self._sock = s
         self._poller = select.poll()
         self._poller.register(s, select.POLLIN)
+        # non-blocking from here: a blocking readinto() on MicroPython waits
+        # until the whole buffer is filled
+        s.setblocking(False)
         self._raw(frame(OP_HELLO, bytes([self._channel]) + self._name.encode()))
         t0 = time.time()
         b = self._in
@@ -199,7 +202,6 @@ class ESPNow:
             if op == OP_HELLO_ACK:
                 self._mac = body[0:6]
                 break
-        s.setblocking(False)
 
     def _close(self):
         if self._sock is not None:
@@ -255,7 +257,7 @@ class ESPNow:
         # Complete messages are taken out first (into the receive buffer,
         # or dropped as the radio does when it is full), so the room holds
         # at least one more whole message.
-        if len(self._in) - self._n < 2 * 263:
+        if len(self._in) - self._n < 263:
             if self._dispatch():
                 self._fresh = True
         return memoryview(self._in)[self._n:]

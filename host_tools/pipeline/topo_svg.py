@@ -3,7 +3,7 @@
 * `tree_svg`: the spanning tree as the nodes reported it at the end (parent
   edges), root in the middle and depth as rings, over every link of the last
   topology epoch (Wi-Fi, i.e. every TCP link, solid blue; BLE dashed purple;
-  links of unknown type grey; tree
+  ESP-NOW dotted amber; links of unknown type grey; tree
   edges thick, the other links thin). Several trees (a partition, nodes that
   are their own root) are drawn side by side; nodes outside any tree (down,
   no state) in a row below.
@@ -22,7 +22,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 STATUS_FILL = {"healthy": "#38a169", "degraded": "#dd6b20", "broken": "#e53e3e", "unknown": "#a0aec0"}
 LINKS = {  # link name -> (colour, dash)
-    "wifi": ("#3182ce", ""), "ble": ("#805ad5", "6,3"),
+    "wifi": ("#3182ce", ""), "ble": ("#805ad5", "6,3"), "espnow": ("#d69e2e", "1,2"),
 }
 OTHER_LINK = ("#718096", "2,3")
 PRIORITY = {"broken": 0, "degraded": 1, "unknown": 2, "healthy": 3}
@@ -453,7 +453,7 @@ def legend_html():
         items.append('<span class="lg"><svg width="14" height="14"><circle cx="7" cy="7" r="5" fill="%s" '
                      'stroke="#1a202c" stroke-width="0.8"/></svg> %s</span>' % (STATUS_FILL[status], status))
     for name, (col, dash) in (("Wi-Fi link (TCP)", LINKS["wifi"]), ("BLE link", LINKS["ble"]),
-                              ("link of unknown type", OTHER_LINK)):
+                              ("ESP-NOW link", LINKS["espnow"]), ("link of unknown type", OTHER_LINK)):
         items.append('<span class="lg"><svg width="34" height="10"><line x1="1" y1="5" x2="33" y2="5" stroke="%s" '
                      'stroke-width="2.4"%s/></svg> %s</span>' % (col, ' stroke-dasharray=%s' % quoteattr(dash)
                                                               if dash else "", name))

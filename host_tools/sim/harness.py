@@ -174,7 +174,7 @@ class Mesh(TransportMixin, ProbingMixin, FaultsMixin, SamplingMixin):
         self.stats = collections.OrderedDict((k, 0) for k in (
             "frames", "bytes", "lost", "queue_full", "dropped_in_flight", "dropped_dead",
             "tx_no_link", "connects", "closes", "port_full", "refused", "disconnects",
-            "router_exceptions"))
+            "router_exceptions", "resent"))
         self.events = collections.deque(maxlen=10000)   # (t_s, node name, kind, detail)
         self.router_events = collections.Counter()
         self._probes = {}

@@ -7,6 +7,11 @@ one after another (FIFO) at `bw` bytes/s and arrive `latency` later, so a
 direction never reorders frames (TCP and GATT streams are ordered). When the
 connection closes its endpoints are marked dead and frames still in flight
 are dropped on arrival.
+
+ESP-NOW links carry a frame as 243-byte messages that the firmware's port
+resends until acked (snake/espnow_port.py: go-back-N after a 120 ms
+timeout), so their loss is not a lost frame: each lost message delays the
+frame (and the frames behind it) by one resend timeout.
 """
 from collections import deque
 
@@ -24,7 +29,15 @@ LINK_DEFAULTS = {
     "bonjour": {"latency_ms": 5.0, "bw": 1000000, "loss": 0.0},
     "remote": {"latency_ms": 40.0, "bw": 500000, "loss": 0.0},
     "ble": {"latency_ms": 20.0, "bw": 20000, "loss": 0.0},
+    # ESP-NOW at its default 1 Mbit/s rate: a message each way and its ack
+    # per 243 bytes; the per-hop figures of `make bench` (docs/BENCH.md)
+    "espnow": {"latency_ms": 4.0, "bw": 40000, "loss": 0.0},
 }
+
+# ESP-NOW: stream bytes per message and the resend timeout (espnow_port.py)
+ESPNOW_CHUNK = 243
+ESPNOW_RTO_US = 120000
+ESPNOW_MAX_RESENDS = 30
 
 
 def link_params(edge, overrides=None):
@@ -75,7 +88,7 @@ class Endpoint:
     """One direction of a live connection: frames from `src` to `dst`."""
 
     __slots__ = ("link", "src", "dst", "dst_port", "latency", "bw", "loss",
-                 "busy_until", "queue", "qcap", "alive", "peer")
+                 "busy_until", "queue", "qcap", "alive", "peer", "arq")
 
     def __init__(self, link, src, dst, dst_port, latency_us, bw, loss, qcap):
         self.link = link            # the sim's Link (edge state)
@@ -90,6 +103,27 @@ class Endpoint:
         self.qcap = qcap            # frames waiting for the wire, at most
         self.alive = True
         self.peer = None            # the opposite direction
+        # loss is resent by the link (ESP-NOW), not a dropped frame
+        self.arq = link is not None and getattr(link, "link_id", -1) == LINK_IDS["espnow"]
+
+    def resend_delay(self, n, rng):
+        """ESP-NOW: the extra delay (us) of an n-byte frame whose messages are
+        each lost with probability loss and resent after the timeout; it
+        also holds the frames behind it (one ordered stream)."""
+        extra = 0
+        k = (n + ESPNOW_CHUNK - 1) // ESPNOW_CHUNK
+        loss = self.loss
+        while k:
+            tries = 0
+            while rng.random() < loss and tries < ESPNOW_MAX_RESENDS:
+                extra += ESPNOW_RTO_US
+                tries += 1
+            k -= 1
+        if extra:
+            self.busy_until += extra
+            if self.queue:
+                self.queue[-1] += extra
+        return extra
 
     def schedule(self, now, n):
         """Arrival time (us) of an n-byte frame sent now, or -1 when the

@@ -12,7 +12,7 @@ start with ``@`` are options for every edge of their line, never node names:
     c d @remote @latency=40    # one remote link with 40 ms one-way latency
     d e @wifi @loss=0.05 @bw=250000
 
-``@local``, ``@wifi``, ``@bonjour``, ``@remote`` and ``@ble`` set the link
+``@local``, ``@wifi``, ``@bonjour``, ``@remote``, ``@ble`` and ``@espnow`` set the link
 type (default wifi); ``@latency=MS``, ``@bw=BYTES_PER_S`` (0 = unlimited)
 and ``@loss=P`` (0..1) override that type's defaults. Blank lines and lines
 whose first character is ``#`` are ignored. When an edge appears more than

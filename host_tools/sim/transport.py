@@ -82,7 +82,8 @@ class TransportMixin:
     def _qcap(self, link, sender):
         """Send queue of one direction: the sending node's profile."""
         p = sender.profile
-        return p.ble_queue if link.link_id == LINK_IDS["ble"] else p.wifi_queue
+        # radio links (BLE, ESP-NOW) get the short queue, as node.py does
+        return p.ble_queue if link.link_id >= LINK_IDS["ble"] else p.wifi_queue
 
     def _block(self, link, why):
         if not link.blocked:
@@ -172,9 +173,15 @@ class TransportMixin:
             n.carried_bytes[t] += length
             n.carried_frames[t] += 1
         n.carried_link_bytes[ep.link.link_id] += length
-        if ep.loss and self.rng.random() < ep.loss:
-            st["lost"] += 1
-            return True
+        if ep.loss:
+            if ep.arq:
+                d = ep.resend_delay(length, self.rng)
+                if d:
+                    st["resent"] += 1
+                    arrive += d
+            elif self.rng.random() < ep.loss:
+                st["lost"] += 1
+                return True
         # a copy of the frame (the router reuses buf); = eng.at(arrive, ...)
         frame = buf[:length] if type(buf) is bytearray else bytes(memoryview(buf)[:length])
         eng._seq += 1

@@ -48,11 +48,33 @@ CASES = {
 # (72,496 B) on 2026-11-26 with the Router introspection and the crypto
 # backend choice out of it too. The margin is ~2.4 KB: code added to the
 # resident modules shows here first.
+# ESP32_GENERIC with ESP-NOW on (issue 27): its tables, Wi-Fi/TCP and ESP-NOW
+# links (BLE off: the three radios' ports together leave ~28 % of 110K free,
+# docs/ESPNOW.md "Memory"), frozen build at 110K, an ESP-NOW link per pair.
+CASES["ESP32_GENERIC+espnow"] = ("frozen", "110K")
+ESPNOW_OVERRIDE = {"espnow": True, "ble": False}
+
+
+def profile_for(case, tmp_path):
+    """A board name, or for a "+espnow" case a profile file: the board's
+    profile with ESPNOW_OVERRIDE."""
+    if not case.endswith("+espnow"):
+        return case
+    from host_tools import BOARDS_DIR
+    with open(os.path.join(BOARDS_DIR, case.split("+")[0], "profile.json")) as f:
+        d = json.load(f)
+    d.update(ESPNOW_OVERRIDE)
+    path = str(tmp_path / "profile.json")
+    with open(path, "w") as f:
+        json.dump(d, f)
+    return path
+
+
 @pytest.mark.parametrize("profile", sorted(CASES))
 def test_node_fits_board_heap_with_full_tables(profile, tmp_path):
     variant, heap = CASES[profile]
     heap = os.environ.get("SNAKEMESH_HEAP32", heap)
-    res = heap_scenario.run(profile, variant, heap, SECONDS, str(tmp_path / "run"))
+    res = heap_scenario.run(profile_for(profile, tmp_path), variant, heap, SECONDS, str(tmp_path / "run"))
     print("\n" + "\n".join(heap_scenario.report(res)))
     assert not res.errors, "\n".join(res.errors)
 

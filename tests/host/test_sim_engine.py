@@ -249,3 +249,22 @@ def test_identical_bytes_across_processes(small_world):
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
     for f in ("telemetry.jsonl", "truth.json"):
         assert (small_world / "here" / f).read_bytes() == (small_world / "there" / f).read_bytes(), f
+
+
+def test_espnow_links_resend_their_loss_instead_of_dropping_frames():
+    # ESP-NOW: the port resends lost messages (espnow_port.py), so loss
+    # costs time, not frames; the same loss on a Wi-Fi edge drops frames
+    m = Mesh("a b c @espnow @loss=0.3", seed=3)
+    assert m.converge(60) is not None, m.problems()
+    res = [m.ping("a", "c", timeout=10) for _ in range(20)]
+    assert all(r.ok for r in res)
+    assert m.stats["lost"] == 0 and m.stats["resent"] > 0
+    lossless = Mesh("a b c @espnow", seed=3)
+    assert lossless.converge(60) is not None
+    base = [lossless.ping("a", "c").rtt_ms for _ in range(20)]
+    assert sum(r.rtt_ms for r in res) / 20 > sum(base) / 20 + 50      # resend timeouts show
+    w = Mesh("a b c @wifi @loss=0.3", seed=3)
+    w.run(30)
+    assert w.stats["lost"] > 0
+    # the link type reaches the peers records
+    assert {p["link"] for p in report.peers(m.router("b"))} == {"espnow"}
