@@ -20,6 +20,7 @@ SLOW_MODULES = frozenset((
     "test_ble_mesh.py",
     "test_console_interactive.py",
     "test_demo.py",
+    "test_espnow_mesh.py",
     "test_flood.py",
     "test_flood_process.py",
     "test_fuzz_router_million.py",

@@ -9,7 +9,7 @@ connection closes its endpoints are marked dead and frames still in flight
 are dropped on arrival.
 
 ESP-NOW links carry a frame as 243-byte messages that the firmware's port
-resends until acked (snake/espnow_port.py: go-back-N after a 120 ms
+resends until acked (snake/runtime/espnow_port.py: go-back-N after a 120 ms
 timeout), so their loss is not a lost frame: each lost message delays the
 frame (and the frames behind it) by one resend timeout.
 """
@@ -34,7 +34,7 @@ LINK_DEFAULTS = {
     "espnow": {"latency_ms": 4.0, "bw": 40000, "loss": 0.0},
 }
 
-# ESP-NOW: stream bytes per message and the resend timeout (espnow_port.py)
+# ESP-NOW: stream bytes per message and the resend timeout (snake/runtime/espnow_port.py)
 ESPNOW_CHUNK = 243
 ESPNOW_RTO_US = 120000
 ESPNOW_MAX_RESENDS = 30

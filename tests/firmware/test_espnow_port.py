@@ -1,4 +1,4 @@
-# snake.espnow_port without a radio: two (or more) managers on a fake
+# snake.runtime.espnow_port without a radio: two (or more) managers on a fake
 # `espnow.ESPNow` "air" with a virtual clock. Link set-up from beacons, the
 # byte stream both ways byte-exact through loss and a receive buffer that
 # drops (after the radio ack), the 250-byte limit, the radio's tx queue
@@ -6,8 +6,8 @@
 # Runs under CPython and MicroPython.
 import asyncio
 
-from snake import espnow_port as P
-from snake.espnow_cold import STAT_NAMES
+from snake.runtime import espnow_port as P
+from snake.runtime.espnow_cold import STAT_NAMES
 from snake.profile import Profile
 from fwtest import counter_names_follow
 

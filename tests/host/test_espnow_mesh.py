@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(MICROPYTHON), reason="micropy
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                 "firmware"))
-from snake.espnow_port import DEAD_MS  # noqa: E402
+from snake.runtime.espnow_port import DEAD_MS  # noqa: E402
 
 
 def topo(tmp_path, text):
