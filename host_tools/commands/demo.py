@@ -102,9 +102,11 @@ def run(args):
     analysis = os.path.join(args.out, "analysis")
     names, edges = parse_topology(args.topology)
     n_ble = sum(1 for e in edges if e[2] == "ble")
+    n_now = sum(1 for e in edges if e[2] == "espnow")
     phase(1, 4, "process mesh: %d firmware nodes (MicroPython unix port) from %s, %d links (%d Wi-Fi over "
-                "loopback TCP, %d over the emulated BLE radio)"
-          % (len(names), _show(args.topology), len(edges), len(edges) - n_ble, n_ble))
+                "loopback TCP, %d over the emulated BLE radio%s)"
+          % (len(names), _show(args.topology), len(edges), len(edges) - n_ble - n_now, n_ble,
+             ", %d over the emulated ESP-NOW radio" % n_now if n_now else ""))
     s = mesh_cmd.run_mesh(_mesh_args(args, mesh_dir), progress=say)
     tel = os.path.join(mesh_dir, "telemetry.jsonl")
     say("mesh stopped: root agreed after %.1f s, snake complete after %.1f s, pings answered %d of %d "

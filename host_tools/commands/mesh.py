@@ -13,7 +13,7 @@ def register(sub):
     p = sub.add_parser("mesh", help="run a mesh of unix-port firmware processes from a topology",
                        description="Start one MicroPython unix-port node per topology node (Wi-Fi "
                                    "edges over loopback TCP, @ble edges through the emulated BLE "
-                                   "medium), wait for convergence, ping and trace through the "
+                                   "medium, @espnow edges through the emulated ESP-NOW medium), wait for convergence, ping and trace through the "
                                    "consoles, record telemetry, stop everything.")
     p.add_argument("--topology", required=True, metavar="FILE|NAME",
                    help="topology file (see README) or a shipped one by name (e.g. demo-mixed)")
@@ -32,7 +32,21 @@ def register(sub):
                    help="micropython binary for every node (default: the venv's), e.g. a 32-bit build "
                         "from `make mp32`: build/mp32/micropython-frozen (firmware frozen in)")
     p.add_argument("--mpy", action="store_true", help="run the firmware compiled to .mpy, as on a board")
+    p.add_argument("--espnow-loss", type=loss_arg, default=0.0, metavar="P",
+                   help="@espnow edges: loss of each frame and ack in the emulated medium (default 0)")
     p.set_defaults(func=run)
+
+
+def loss_arg(s):
+    """argparse type of --espnow-loss: a probability within [0, 1)."""
+    import argparse
+    try:
+        v = float(s)
+    except ValueError:
+        v = -1.0
+    if not 0.0 <= v < 1.0:
+        raise argparse.ArgumentTypeError("expected a loss probability within [0, 1), got %r" % s)
+    return v
 
 
 def percent(part, whole):
@@ -63,9 +77,11 @@ def run_mesh(args, progress=say):
                      heapsize=args.heapsize, log=progress, hub_profile=hub,
                      node_profiles=node_profiles, micropython=micropython,
                      gateway_root=getattr(args, "gateway_root", False), root_node=root,
-                     mpy=getattr(args, "mpy", False)) as m:
-        progress("%d nodes up, %d links (%d BLE)" % (len(m.names), len(m.edges),
-                                                     sum(1 for e in m.edges if e[2] == "ble")))
+                     mpy=getattr(args, "mpy", False),
+                     espnow_loss=getattr(args, "espnow_loss", 0.0)) as m:
+        progress("%d nodes up, %d links (%d BLE, %d ESP-NOW)" % (
+            len(m.names), len(m.edges), sum(1 for e in m.edges if e[2] == "ble"),
+            sum(1 for e in m.edges if e[2] == "espnow")))
         if m.node_profiles:
             progress("profiles: %s on %s; others %s" % (
                 ", ".join(sorted(set(m.node_profiles.values()))),
@@ -103,7 +119,9 @@ def run_mesh(args, progress=say):
         m.drain(args.duration)
         m.telemetry(0)
         summary["pids"] = m.pids()
-        progress("stopping the %d nodes%s" % (len(m.names), " and the BLE medium" if m.medium else ""))
+        media = [k for k, on in (("BLE", m.medium), ("ESP-NOW", m.espnow)) if on]
+        progress("stopping the %d nodes%s" % (len(m.names), " and the %s medium%s" % (
+            " and ".join(media), "s" if len(media) > 1 else "") if media else ""))
     return summary
 
 
