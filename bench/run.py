@@ -39,6 +39,7 @@ FIGURES = (
     (7, "f7_sim_scale"),
     (8, "f8_pipeline"),
     (9, "f9_sim_accept"),
+    (10, "f10_radio_links"),
 )
 
 

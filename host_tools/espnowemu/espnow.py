@@ -72,6 +72,7 @@ BROADCAST = b"\xff\xff\xff\xff\xff\xff"
 _RX_OVERHEAD = 13          # per buffered message: mac, length and ring bookkeeping
 _RXBUF_DEFAULT = 526       # two 250-byte messages (the C module's default)
 _IN_SIZE = 560             # the input buffer: two complete messages from the medium and a part
+_SCRATCH = 263             # what the pump reads at a time: one complete message
 
 # Messages between radio and medium: u16 length (counts op + body) | u8 op | body
 OP_HELLO = 1        # u8 channel | name (utf-8)
@@ -144,6 +145,7 @@ class ESPNow:
         self._rx_used = 0            # bytes charged against rxbuf
         self._rx_count = 0
         self._macbuf = bytearray(6)
+        self._scratch = bytearray(_SCRATCH)   # the pump's reads
         self._fresh = False          # a message arrived that the irq callback has not been told of
         self._rxbuf = _RXBUF_DEFAULT
         self._timeout = 300000
@@ -308,7 +310,7 @@ class ESPNow:
         if data < 0:
             return False
         cost = data + _RX_OVERHEAD
-        if self._rx_used + cost > self._rxbuf:
+        if self._rx_used + cost > len(self._rb):
             return False
         r = self._rb
         size = len(r)
@@ -369,13 +371,18 @@ class ESPNow:
     async def _pump(self):
         # Delivers arrivals to the irq callback while an asyncio loop runs.
         while self._sock is not None:
+            # into the pump's own buffer: the receive calls (irecv, any,
+            # send) read the socket too, synchronously, and move the input
+            # buffer's bytes while this read waits, so a view of it taken
+            # before the wait would receive bytes at a stale place
+            scratch = self._scratch
             try:
                 if _MP:
                     if self._stream is None:
                         self._stream = asyncio.StreamReader(self._sock)
-                    k = await self._stream.readinto(self._space())
+                    k = await self._stream.readinto(scratch)
                 else:
-                    k = await asyncio.get_running_loop().sock_recv_into(self._sock, self._space())
+                    k = await asyncio.get_running_loop().sock_recv_into(self._sock, scratch)
             except OSError:
                 k = 0
             if self._sock is None:
@@ -386,7 +393,13 @@ class ESPNow:
                 print("espnowemu: the ESP-NOW medium closed the connection")
                 self._close()
                 break
-            self._n += k
+            off = 0
+            while off < k:
+                room = self._space()
+                m = len(room) if len(room) < k - off else k - off
+                room[0:m] = memoryview(scratch)[off:off + m]
+                self._n += m
+                off += m
             got = self._dispatch() or self._fresh
             self._fresh = False
             if got and self._handler is not None:
