@@ -10,7 +10,7 @@
   connect to: who hears whom (`@espnow` topology edges), channel, loss,
   airtime and latency, the radio-level ack.
 
-See docs/ESPNOW.md.
+See docs/reference/ESPNOW.md.
 """
 import os
 

@@ -30,7 +30,7 @@ LINK_DEFAULTS = {
     "remote": {"latency_ms": 40.0, "bw": 500000, "loss": 0.0},
     "ble": {"latency_ms": 20.0, "bw": 20000, "loss": 0.0},
     # ESP-NOW at its default 1 Mbit/s rate: a message each way and its ack
-    # per 243 bytes; the per-hop figures of `make bench` (docs/BENCH.md)
+    # per 243 bytes; the per-hop figures of `make bench` (docs/reports/BENCH.md)
     "espnow": {"latency_ms": 4.0, "bw": 40000, "loss": 0.0},
 }
 

@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from blemu_harness import MICROPYTHON  # noqa: E402
 
-from host_tools.mesh import ProcessMesh  # noqa: E402
+from host_tools.procmesh.mesh import ProcessMesh  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not os.path.exists(MICROPYTHON), reason="micropython binary missing")
 

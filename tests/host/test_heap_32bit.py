@@ -50,7 +50,7 @@ CASES = {
 # resident modules shows here first.
 # ESP32_GENERIC with ESP-NOW on (issue 27): its tables, Wi-Fi/TCP and ESP-NOW
 # links (BLE off: the three radios' ports together leave ~28 % of 110K free,
-# docs/ESPNOW.md "Memory"), frozen build at 110K, an ESP-NOW link per pair.
+# docs/reference/ESPNOW.md "Memory"), frozen build at 110K, an ESP-NOW link per pair.
 CASES["ESP32_GENERIC+espnow"] = ("frozen", "110K")
 ESPNOW_OVERRIDE = {"espnow": True, "ble": False}
 

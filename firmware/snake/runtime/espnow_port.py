@@ -1,6 +1,6 @@
 # ESP-NOW links: the Pinecone byte stream between MAC addresses over
 # MicroPython's `espnow` module (the C module on ESP32/S3/C3; the host
-# emulation in host_tools/espnowemu has the same API). See docs/ESPNOW.md.
+# emulation in host_tools/espnowemu has the same API). See docs/reference/ESPNOW.md.
 #
 # Messages (at most 250 bytes, espnow.MAX_DATA_LEN), first byte the kind:
 #   BEACON  E1 | ver 1 | free link slots | caps | public key (32)   broadcast, every second
