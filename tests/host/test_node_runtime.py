@@ -412,6 +412,32 @@ def test_direct_send_then_queue_keeps_order():
     asyncio.run(go())
 
 
+def test_a_frame_whose_rest_cannot_be_queued_closes_the_link():
+    # the transport took the first bytes of a frame (ESP-NOW: a window
+    # smaller than the frame) and no buffer is free for the rest: the link
+    # must not carry a torn frame (the peer would lose framing): it is closed
+    async def go():
+        node = make_node()
+        link = DirectLink(10 ** 6)
+        task, port, peer = await _link_peer(node, link, bytes([0x6d]) * 32)
+        pool = node.txpool
+        held = []
+        while True:
+            j = pool.take(1)
+            if j < 0:
+                break
+            held.append(j)
+        buf = bytearray(1024)
+        wire.encode_keepalive(buf)
+        link.room = 4
+        assert not node._tx(port, bytes(buf[:10]), 10)
+        assert node.stats["torn"] == 1 and link.closed
+        for j in held:
+            pool.give(j)
+        await asyncio.wait_for(task, 3)
+    asyncio.run(go())
+
+
 def test_put_owned_queues_the_buffer_itself_and_resumes_at_its_offset():
     # our announcement is built in a pool buffer (router.announce_to): what
     # the link does not take at once is queued as that buffer, not copied

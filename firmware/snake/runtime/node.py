@@ -384,7 +384,7 @@ class Node:
         # runtime counters (fixed keys; the console's `stats` shows them)
         self.stats = {"links_up": 0, "links_down": 0, "hs_ok": 0, "duplicate": 0,
                       "no_port": 0, "framing": 0, "core_disconnect": 0, "app_rx": 0,
-                      "dials": 0, "dial_fail": 0, "accepts": 0, "oom": 0, "slow": 0}
+                      "dials": 0, "dial_fail": 0, "accepts": 0, "oom": 0, "slow": 0, "torn": 0}
         self.hs_fail = {}
         self.listeners = {}      # name -> "host:port" (for status/boot)
         self.warnings = []       # start-up problems (boot line)
@@ -581,7 +581,15 @@ class Node:
                 return True
             if k < 0:
                 return False     # the link failed (closed; the reader ends it)
-        return sq.put(port, buf, n, k)
+        if sq.put(port, buf, n, k):
+            return True
+        if k:
+            # the link has the frame's first k bytes and the rest has no
+            # room (pool or ring full): its stream would carry a torn frame,
+            # the peer would lose framing. Close it (the reader ends it)
+            self.stats["torn"] += 1
+            lk.close()
+        return False
 
     def _tx_owned(self, port, j, n):
         """Send txpool buffer j (n bytes, built there by the router: our
