@@ -90,7 +90,7 @@ def test_unknown_topology_lists_the_shipped_ones(tmp_path, capfd):
         rc, _, err = run(capfd, cmd[0], "--topology", "grid5-0049", "--out", str(tmp_path / "o"), *cmd[1:])
         assert rc == 5
         assert one_error(err) == ("no such topology: grid5-0049 (not a file, and not one of the shipped "
-                                  "topologies: demo-mixed, grid4-0049, line-0050, rtree-0050, sim)")
+                                  "topologies: demo-field, demo-mixed, grid4-0049, line-0050, rtree-0050, sim)")
 
 
 def test_profile_json_errors_say_where(tmp_path, capfd):
