@@ -31,7 +31,8 @@ FONT = 10
 
 def _link_style(link):
     from host_tools.render import link_label
-    return {"Wi-Fi": LINKS["wifi"], "BLE": LINKS["ble"]}.get(link_label(link), OTHER_LINK)
+    return {"Wi-Fi": LINKS["wifi"], "BLE": LINKS["ble"], "ESP-NOW": LINKS["espnow"]}.get(link_label(link),
+                                                                                      OTHER_LINK)
 
 
 def _link_label(link):

@@ -268,3 +268,16 @@ def test_espnow_links_resend_their_loss_instead_of_dropping_frames():
     assert w.stats["lost"] > 0
     # the link type reaches the peers records
     assert {p["link"] for p in report.peers(m.router("b"))} == {"espnow"}
+
+
+def test_espnow_is_a_link_type_of_its_own_in_tables_and_drawings():
+    # one list of link names (the firmware's); the CLI's tables and the
+    # report's topology drawing tell ESP-NOW apart from Wi-Fi and BLE
+    from snake.telemetry import LINK_NAMES
+    from host_tools import render
+    from host_tools.pipeline import topo_svg
+    assert LINK_NAMES[5] == "espnow"
+    assert render.link_label("espnow") == "ESP-NOW"
+    styles = {topo_svg._link_style(k) for k in ("wifi", "ble", "espnow")}
+    assert len(styles) == 3 and topo_svg._link_style("espnow") != topo_svg.OTHER_LINK
+    assert "ESP-NOW link" in topo_svg.legend_html()
