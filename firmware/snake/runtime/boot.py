@@ -126,6 +126,9 @@ async def start(args):
             start_espnow(node, cfg)
             node._mark("espnow")
         node._mark("console")
+        if cfg.app:
+            from snake.runtime import app
+            asyncio.create_task(app.run_app(node, cfg.app, cfg.app_config))
         if platform.MICROPYTHON:
             _drop_constructors()
     console.boot()
@@ -381,7 +384,7 @@ class Settings:
 
 
 SETTINGS = ("key_error", "listen", "connect", "multicast", "ble_medium", "ssid", "password",
-            "hs_timeout_ms", "espnow_medium", "espnow_channel", "espnow_lr")
+            "hs_timeout_ms", "espnow_medium", "espnow_channel", "espnow_lr", "app", "app_config")
 
 
 def _settings(cfg):

@@ -236,7 +236,90 @@ def _run(c, cmd, args, rid):
         v = parse_interval(args[0])
         c.set_telemetry(v)
         return {"telemetry": "off" if v is None else v}
+    if cmd == "send" or cmd == "put" or cmd == "recv":
+        return _datagram(c, node, cmd, args, rid)
     raise ConsoleError("unknown command (try help)")
+
+
+def parse_u16(s, what):
+    try:
+        v = int(s)
+    except ValueError:
+        v = -1
+    if not 0 <= v <= 0xFFFF:
+        raise ConsoleError("bad %s: expected an integer 0..65535" % what)
+    return v
+
+
+def _unhex(s):
+    try:
+        return binascii.unhexlify(s)
+    except (ValueError, TypeError):
+        raise ConsoleError("bad data: expected an even number of hex digits")
+
+
+def _datagram(c, node, cmd, args, rid):
+    # send / put / recv (console.py's header); the datagram layer and the
+    # board API (snake/runtime/app.py) are built on first use
+    m = node.mesh()
+    if m is None:
+        raise ConsoleError("datagrams unavailable (out of memory, or profile dgram_pending 0)")
+    if cmd == "recv":
+        _need(args, 1, 1, "recv SERVICE|all|off")
+        a = args[0]
+        if a == "off":
+            m.tap = None
+            return {"recv": "off"}
+        svc = -1 if a == "all" else parse_u16(a, "service")
+        m.tap = m.console_tap(c, svc)
+        return {"recv": a if svc < 0 else svc}
+    if cmd == "put":
+        _need(args, 3, 3, "put TOTAL OFFSET HEX")
+        try:
+            total = int(args[0])
+            off = int(args[1])
+        except ValueError:
+            raise ConsoleError("put: TOTAL and OFFSET are integers")
+        if total < 0 or total > m.max_size:
+            raise ConsoleError("too_big: datagrams here hold at most %d bytes" % m.max_size)
+        data = _unhex(args[2])
+        if off == 0:
+            m.stage = None
+            m.stage = bytearray(total)
+            m.staged = 0
+        st = m.stage
+        if st is None or len(st) != total or off != m.staged or off + len(data) > total:
+            raise ConsoleError("put: OFFSET %d does not follow the %d bytes staged" % (off, m.staged))
+        st[off:off + len(data)] = data
+        m.staged = off + len(data)
+        return {"staged": m.staged, "total": total}
+    _need(args, 3, 4, "send KEY SERVICE ACK [HEX|@]")
+    key = parse_key(args[0])
+    svc = parse_u16(args[1], "service")
+    if args[2] not in ("0", "1"):
+        raise ConsoleError("bad ACK: expected 0 or 1")
+    ack = args[2] == "1"
+    if len(args) < 4:
+        data = b""
+    elif args[3] == "@":
+        data = m.stage
+        if data is None or m.staged != len(data):
+            raise ConsoleError("send: nothing staged (put the whole datagram first)")
+        m.stage = None
+    else:
+        data = _unhex(args[3])
+    h = m.send(key, data, svc, ack)
+    if h.done():
+        return _sent(h)
+    import asyncio
+    asyncio.create_task(m.console_send(c, rid, h))
+    return None
+
+
+def _sent(h):
+    d = h.info()
+    d["dst"] = platform.hexstr(h.dst)
+    return d
 
 
 def _spawn(c, cmd, rid, coro):
@@ -260,6 +343,14 @@ def counters_fields(c):
     d["capacity"] = report.capacity(r)
     d["mem_free"] = c.heap[1] if c.heap is not None else None
     d["defence"] = report.defence(c.node)
+    dg = c.node.dg
+    dd = None
+    if dg is not None:
+        dd = report.datagrams(dg)
+        a = c.node.app.stats()
+        for k in a:
+            dd[k] = a[k]
+    d["datagrams"] = dd
     return d
 
 

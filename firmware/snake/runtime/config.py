@@ -15,6 +15,9 @@
 #                                    access point (on one: the AP's channel)
 #       "espnow_lr": true|false      ESP-NOW in long-range mode (WLAN.PROTOCOL_LR)
 #       "espnow_medium": "ADDR"      emulated ESP-NOW medium (host tests only)
+#       "app": "MODULE"              an application to run beside the node:
+#                                    its main(mesh, conf) (snake/runtime/app.py)
+#       "app_config": {...}          the conf it gets
 # On the unix port / CPython (argv, then SNAKEMESH_* environment):
 #   --key-file PATH        seed file (raw 32 bytes or 64 hex digits)
 #   --seed HEX             seed on the command line (visible in `ps`: prefer
@@ -28,6 +31,7 @@
 #   --ble-medium ADDR      emulated BLE medium address
 #   --espnow-medium ADDR   emulated ESP-NOW medium address
 #   --handshake-timeout S  handshake deadline in seconds (default 10)
+#   --app MODULE|FILE.py   an application to run beside the node (as "app")
 #   SNAKEMESH_SEED (hex seed), SNAKEMESH_KEY_FILE, SNAKEMESH_PROFILE,
 #   SNAKEMESH_HANDSHAKE_TIMEOUT work like the options.
 # The seed is never printed; errors name the file, never its content.
@@ -109,6 +113,8 @@ class Config:
         self.ssid = None
         self.password = None
         self.hs_timeout_ms = 10000
+        self.app = None             # application module (snake/runtime/app.py run_app)
+        self.app_config = None
 
     def take_seed(self):
         s = self.seed
@@ -148,6 +154,14 @@ class Config:
                 self.espnow_channel = v
             elif k == "espnow_lr":
                 self.espnow_lr = bool(v)
+            elif k == "app":
+                if not isinstance(v, str) or not v:
+                    raise ConfigError(source + ": app must be a module name")
+                self.app = v
+            elif k == "app_config":
+                if not isinstance(v, dict):
+                    raise ConfigError(source + ": app_config must be an object")
+                self.app_config = v
             else:
                 raise ConfigError(source + ": unknown key " + k)
 
@@ -205,7 +219,7 @@ def default_profile(argv0=None):
 USAGE = ("usage: main.py [--key-file PATH | --seed HEX] [--profile PATH] [--config PATH] "
          "[--listen HOST:PORT] [--connect HOST:PORT ...] [--no-multicast] [--ble-medium ADDR] "
          "[--espnow-medium ADDR] "
-         "[--handshake-timeout S]")
+         "[--handshake-timeout S] [--app MODULE]")
 
 
 def from_argv(argv, getenv=None, argv0=None):
@@ -254,6 +268,9 @@ def from_argv(argv, getenv=None, argv0=None):
             i += 1
         elif a == "--espnow-medium":
             c.espnow_medium = val(i)
+            i += 1
+        elif a == "--app":
+            c.app = val(i)
             i += 1
         elif a == "--handshake-timeout":
             c.set_hs_timeout(val(i), "--handshake-timeout")

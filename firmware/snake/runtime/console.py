@@ -29,6 +29,16 @@
 #                        ok = destination reached)
 #   telemetry SECONDS|off  {telemetry}; then records state, counters, peers
 #                        every SECONDS (and event records as they happen)
+#   send KEY SERVICE ACK [HEX|@]  a datagram (docs/reference/DATAGRAMS.md) to
+#                        KEY for SERVICE (0..65535), ACK 1 asks for an
+#                        end-to-end ack; HEX its bytes, @ the bytes staged by
+#                        `put`, none: empty. {dst, service, len, state,
+#                        reason, rtt_ms} once final (with ACK 1: asynchronous)
+#   put TOTAL OFFSET HEX {staged}: stage a datagram of TOTAL bytes too long
+#                        for one line, HEX at OFFSET (OFFSET 0 starts anew)
+#   recv SERVICE|all|off {recv}; then a record {v, kind: "datagram", src,
+#                        service, src_service, len, data_hex} per datagram
+#                        to SERVICE arriving here
 # ID: up to 16 characters of [A-Za-z0-9_.-]. A line longer than MAX_LINE
 # bytes is discarded with an error reply. ping/trace answer when done, with
 # their ID; the console keeps answering other commands meanwhile.
@@ -56,7 +66,7 @@ MAX_LINE = 256
 _MAX_ID = const(16)
 SCHEMA_VERSION = 1
 COMMANDS = ("help", "version", "status", "peers", "tree", "snake", "routes", "stats",
-            "mem", "ping", "trace", "telemetry")
+            "mem", "ping", "trace", "telemetry", "send", "put", "recv")
 _WRITE_WAIT_MS = const(100)        # a full output that takes nothing this long cuts the line
 _EAGAIN = (11, 35)         # EAGAIN on Linux, on macOS/BSD
 

@@ -93,6 +93,7 @@ RX_HOLD_MS = 5000        # a link holding a receive buffer this long is closed (
 _RX_STALL_MS = const(300)       # ... gives it back this soon (plus 1 ms per byte) while a link waits
 _N_DEFENCE = const(6)           # Node.defence (snake/runtime/guard.py DF_*)
 _FLUSH_MS = const(10)            # the flusher looks again this soon while a link is full
+_MESH_RETRY_MS = const(10000)    # building the datagram layer again after it ran out of memory
 
 
 class BufPool:
@@ -390,6 +391,12 @@ class Node:
         self.warnings = []       # start-up problems (boot line)
         self.console = None      # set by the console (events -> telemetry)
         self.on_app = None       # optional fn(src, payload) for other payloads
+        # application datagrams (snake/datagram.py under snake/runtime/app.py's
+        # Mesh): built on first use (mesh()), so a node that never carries
+        # a datagram holds neither their code nor their tables
+        self.dg = None
+        self.app = None
+        self.mesh_fail = None    # ticks of the last build that ran out of memory
         self.log_fn = None
         self.ticker = None
         self.wifi = None         # snake.runtime.wifi.Wifi, when started
@@ -628,6 +635,13 @@ class Node:
     def _deliver(self, src, payload):
         if self.probes.on_deliver(src, payload):
             return
+        if len(payload) > 1 and payload[0] == 0x53 and payload[1] == 0x44:
+            # "SD": a datagram (docs/reference/DATAGRAMS.md)
+            dg = self.dg
+            if dg is None and self.mesh() is not None:
+                dg = self.dg
+            if dg is not None and dg.receive(src, payload, ticks_ms()):
+                return
         self.stats["app_rx"] += 1
         if self.on_app is not None:
             self.on_app(src, payload)
@@ -643,6 +657,31 @@ class Node:
     def after_receive(self):
         if self.probes.p_count:
             self.probes.flush()
+        dg = self.dg
+        if dg is not None and dg.a_n:
+            dg.flush(ticks_ms())
+
+    def mesh(self):
+        """The application datagram API (snake.runtime.app.Mesh), built on first
+        use; None when the heap cannot hold it (counted in stats oom) or
+        the profile has no room for a send (dgram_pending 0)."""
+        m = self.app
+        if m is None and self.profile.dgram_pending:
+            # after a build that ran out of memory, not again for a while:
+            # every incoming datagram would otherwise cost a collection
+            t = self.mesh_fail
+            if t is not None and ticks_diff(ticks_ms(), t) < _MESH_RETRY_MS:
+                return None
+            try:
+                from snake.runtime import app
+                m = app.bind(self)
+            except MemoryError:
+                self.mesh_fail = ticks_ms()
+                self.oom()
+                return None
+            self.app = m
+            self.dg = m.dg
+        return m
 
     def reclaim(self):
         """A reader needs a large buffer and none is free: with one large
@@ -673,6 +712,9 @@ class Node:
             try:
                 now = ticks_ms()
                 r.tick(now)
+                dg = self.dg
+                if dg is not None:
+                    dg.tick(now)
                 self.after_receive()
                 self._slow(now)
             except MemoryError:

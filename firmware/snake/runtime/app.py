@@ -1,0 +1,323 @@
+# The board API for applications: datagrams to and from keys, by service.
+#
+#   from snake.runtime import app
+#   mesh = app.mesh()                 # the running node's (None before boot)
+#   h = mesh.send(key, b"21.5", service=7, ack=True)
+#   state = await h                   # "delivered" | "failed" ("sent" without ack)
+#   h.reason                          # "no_route" | "timeout" | "too_big" | "no_memory" | "busy"
+#   src, src_service, data = await mesh.recv(7)          # awaitable form
+#   mesh.on(7, lambda src, src_service, data: ...)      # callback form
+#
+# A program given as the node's app (config.json "app", `snakemesh node
+# --app FILE`) is imported after boot and its `main(mesh, conf)` coroutine
+# runs beside the node (conf: config.json "app_config", a dict).
+# docs/guides/DATAGRAMS.md describes the API for users, and
+# docs/reference/DATAGRAMS.md the header and the rules.
+#
+# Loaded on first use: the node builds its Datagrams (snake/datagram.py)
+# and this module when an application, the console's send/recv or an
+# incoming datagram first needs them (Node.mesh), so a node that never
+# carries datagrams holds neither. Received data is copied out of the
+# datagram layer's buffers (it is valid only during its callback) into one
+# bytes object per datagram, queued per service (at most RX_QUEUE, then
+# the oldest is dropped and counted) and handed to the application from a
+# task: a callback never runs inside the router's receive, so it may send.
+import asyncio
+
+from snake import datagram as dgm
+from snake.platform import ticks_ms, ticks_diff, hexstr
+
+RX_QUEUE = 4            # datagrams held per service until the application takes them
+
+_mesh = None
+
+
+def mesh():
+    """The running node's Mesh, or None (no node runs in this process)."""
+    return _mesh
+
+
+def state_name(s):
+    return dgm.STATE_NAMES[s] if 0 < s < len(dgm.STATE_NAMES) else None
+
+
+def reason_name(r):
+    return dgm.REASON_NAMES[r] if 0 < r < len(dgm.REASON_NAMES) else None
+
+
+def _bytes(data):
+    if isinstance(data, str):
+        return data.encode()
+    return data
+
+
+class Handle:
+    """A datagram sent: state "pending", then "sent" (no ack asked),
+    "delivered" (the destination acknowledged it) or "failed" (reason).
+    Await it (or its wait()) for the final state."""
+
+    def __init__(self, hid, dst, service, n, t0):
+        self.id = hid
+        self.dst = dst
+        self.service = service
+        self.len = n
+        self.state = "pending"
+        self.reason = None
+        self.rtt_ms = None        # send to final state, ms (delivered: the ack's round trip)
+        self.t0 = t0
+        self._ev = None
+
+    def done(self):
+        return self.state != "pending"
+
+    def _final(self, state, reason, now):
+        self.state = state_name(state)
+        self.reason = reason_name(reason)
+        self.rtt_ms = ticks_diff(now, self.t0)
+        ev = self._ev
+        if ev is not None:
+            ev.set()
+
+    async def wait(self, timeout_ms=None):
+        """The final state (or "pending" when timeout_ms passed first)."""
+        if self.state == "pending":
+            if self._ev is None:
+                self._ev = asyncio.Event()
+            if timeout_ms is None:
+                await self._ev.wait()
+            else:
+                try:
+                    await _wait_for_ms(self._ev.wait(), timeout_ms)
+                except asyncio.TimeoutError:
+                    pass
+        return self.state
+
+    def __await__(self):
+        # CPython wants an iterator from the coroutine; MicroPython's
+        # coroutines are generators already
+        c = self.wait()
+        a = getattr(c, "__await__", None)
+        return a() if a is not None else c
+
+    __iter__ = __await__
+
+    def info(self):
+        return {"id": self.id, "service": self.service, "len": self.len, "state": self.state,
+                "reason": self.reason, "rtt_ms": self.rtt_ms}
+
+
+async def _wait_for_ms(aw, ms):
+    f = getattr(asyncio, "wait_for_ms", None)
+    if f is not None:
+        return await f(aw, ms)
+    return await asyncio.wait_for(aw, ms / 1000)
+
+
+class _Service:
+    def __init__(self):
+        self.q = []               # (src, src_service, data)
+        self.fn = None
+        self.ev = None
+        self.dropped = 0
+
+
+class Mesh:
+    """The datagram API of one node (snake.runtime.app.mesh())."""
+
+    def __init__(self, node, dg):
+        self.node = node
+        self.key = node.key
+        self.dg = dg
+        self.max_size = dg.max_size
+        self.handles = {}         # datagram id -> Handle, while pending
+        self.services = {}        # service -> _Service (listened to)
+        self.tap = None           # fn(src, dst_service, src_service, data): the console's recv
+        self.no_listener = 0      # datagrams for a service nobody listens to
+        self.stage = None         # console `put`: a datagram built line by line
+        self.staged = 0
+        self._ready = []          # services with callbacks owed
+        self._ev = None
+        self._task = None
+        dg.on_state = self._on_state
+        dg.on_datagram = self._on_datagram
+
+    # ---- sending ----------------------------------------------------------
+    def send(self, dst, data, service=0, ack=False, src_service=0):
+        """Send data (bytes, bytearray, str) to key dst (32 bytes) for
+        `service` (0..65535; ValueError otherwise). Returns a Handle. The
+        data must stay unchanged until the handle is done (no copy)."""
+        data = _bytes(data)
+        if len(dst) != 32:
+            raise ValueError("a key is 32 bytes")
+        dst = bytes(dst)
+        dg = self.dg
+        now = ticks_ms()
+        hid = dg.next_id
+        h = Handle(hid, dst, service, len(data), now)
+        self.handles[hid] = h
+        try:
+            dg.send(dst, service, data, now, ack, src_service)
+        except ValueError:
+            self.handles.pop(hid, None)
+            raise
+        if dg.last_state != dgm.S_PENDING:
+            self.handles.pop(hid, None)
+            if h.state == "pending":
+                h._final(dg.last_state, dg.last_reason, now)
+        # acks owed to a local delivery (a datagram to our own key)
+        dg.flush(now)
+        return h
+
+    def _on_state(self, hid, state, reason):
+        h = self.handles.pop(hid, None)
+        if h is not None:
+            h._final(state, reason, ticks_ms())
+
+    # ---- receiving --------------------------------------------------------
+    def on(self, service, fn):
+        """Call fn(src, src_service, data) for every datagram to `service`
+        (from a task, never inside the router); fn None stops."""
+        s = self._service(service)
+        s.fn = fn
+        if fn is not None:
+            self._start()
+
+    async def recv(self, service, timeout_ms=None):
+        """The next datagram to `service`: (src, src_service, data), or None
+        when timeout_ms passed first."""
+        s = self._service(service)
+        while not s.q:
+            if s.ev is None:
+                s.ev = asyncio.Event()
+            s.ev.clear()
+            if timeout_ms is None:
+                await s.ev.wait()
+            else:
+                try:
+                    await _wait_for_ms(s.ev.wait(), timeout_ms)
+                except asyncio.TimeoutError:
+                    return None
+        return s.q.pop(0)
+
+    def listen(self, service):
+        """Start keeping datagrams to `service` for recv() (recv does this too)."""
+        self._service(service)
+
+    def close(self, service):
+        self.services.pop(service, None)
+
+    def _service(self, service):
+        if not 0 <= service <= 0xFFFF:
+            raise ValueError("service numbers are 0..65535")
+        s = self.services.get(service)
+        if s is None:
+            s = self.services[service] = _Service()
+        return s
+
+    def _on_datagram(self, src, dsvc, ssvc, data):
+        # inside router.receive: copy, queue, wake; nothing is sent from here
+        t = self.tap
+        if t is not None:
+            t(src, dsvc, ssvc, data)
+        s = self.services.get(dsvc)
+        if s is None:
+            if t is None:
+                self.no_listener += 1
+            return
+        if len(s.q) >= RX_QUEUE:
+            s.q.pop(0)
+            s.dropped += 1
+        s.q.append((bytes(src), ssvc, bytes(data)))
+        if s.fn is not None:
+            if dsvc not in self._ready:
+                self._ready.append(dsvc)
+            if self._ev is not None:
+                self._ev.set()
+        elif s.ev is not None:
+            s.ev.set()
+
+    def _start(self):
+        if self._task is None:
+            self._ev = asyncio.Event()
+            self._task = asyncio.create_task(self._callbacks())
+
+    async def _callbacks(self):
+        while True:
+            self._ev.clear()
+            while self._ready:
+                svc = self._ready.pop(0)
+                s = self.services.get(svc)
+                while s is not None and s.q and s.fn is not None:
+                    src, ssvc, data = s.q.pop(0)
+                    try:
+                        s.fn(src, ssvc, data)
+                    except Exception as e:     # an application's bug must not stop the node
+                        self.node.log("app callback for service %d failed: %r" % (svc, e))
+            await self._ev.wait()
+
+    def stats(self):
+        d = {"no_listener": self.no_listener}
+        dropped = 0
+        for svc in self.services:
+            dropped += self.services[svc].dropped
+        d["app_dropped"] = dropped
+        return d
+
+    # ---- the console's send and recv (snake/cmds.py starts them) -----------
+    async def console_send(self, c, rid, h):
+        """Answer the console's `send` once its datagram is final."""
+        await h.wait()
+        d = h.info()
+        d["dst"] = hexstr(h.dst)
+        c.reply("send", rid, d)
+
+    def console_tap(self, c, service):
+        """The tap for the console's `recv SERVICE` (-1: every service): one
+        record per datagram."""
+        def tap(src, dsvc, ssvc, data):
+            if service >= 0 and dsvc != service:
+                return
+            try:
+                d = c._record("datagram")
+                d["src"] = hexstr(src)
+                d["service"] = dsvc
+                d["src_service"] = ssvc
+                d["len"] = len(data)
+                d["data_hex"] = hexstr(data)
+                c.emit(d)
+            except MemoryError:
+                c.oom += 1
+        return tap
+
+
+def bind(node):
+    """The node's Mesh, built with its Datagrams on first use (Node.mesh)."""
+    global _mesh
+    import os
+    try:
+        first = int.from_bytes(os.urandom(2), "big")
+    except (AttributeError, OSError, NotImplementedError):
+        first = ticks_ms() & 0xFFFF
+    dg = dgm.Datagrams(node.profile, node.key, first)
+    dg.tx = dgm.via_router(node.router)
+    m = Mesh(node, dg)
+    _mesh = m
+    return m
+
+
+async def run_app(node, name, conf):
+    """Import the application module `name` (a module name, or a .py path
+    on the unix port) and run its main(mesh, conf)."""
+    import sys
+    if name.endswith(".py"):
+        i = name.rfind("/")
+        d = name[:i] if i > 0 else "."
+        if d not in sys.path:
+            sys.path.append(d)
+        name = name[i + 1:-3]
+    try:
+        mod = __import__(name)
+        m = node.mesh()
+        await mod.main(m, conf or {})
+    except Exception as e:
+        node.log("app %s stopped: %s: %s" % (name, type(e).__name__, e))
