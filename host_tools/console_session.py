@@ -31,7 +31,7 @@ from host_tools.errors import CliError, TimeoutError_
 LOCAL_COMMANDS = ("quit", "exit")
 HISTORY_ENV = "SNAKEMESH_HISTORY"
 HISTORY_LEN = 1000
-KEY_COMMANDS = ("ping", "trace")
+KEY_COMMANDS = ("ping", "trace", "send")
 # What `help` shows for each command (firmware/snake/runtime/console.py answers
 # `help` with the names only, to keep its text off the board's heap).
 HELP = {
@@ -49,6 +49,11 @@ HELP = {
     "trace": ("trace KEY", "the hops a probe takes to KEY, with their round-trip times"),
     "telemetry": ("telemetry SECONDS|off", "print the node's state, counters and peers every SECONDS "
                                            "(events as they happen); off stops it"),
+    "send": ("send KEY SERVICE ACK [HEX|@]", "send a datagram of HEX bytes to KEY's SERVICE (0..65535); ACK 1 "
+                                             "waits for the end-to-end ack (delivered or failed with a reason); "
+                                             "@: the bytes staged by put"),
+    "put": ("put TOTAL OFFSET HEX", "stage a datagram too long for one line, HEX at OFFSET of TOTAL bytes"),
+    "recv": ("recv SERVICE|all|off", "show the datagrams arriving at this node for SERVICE (or all) as they come"),
     "quit": ("quit", "leave the console (also exit or Ctrl-D)"),
 }
 
@@ -372,6 +377,8 @@ class Console(object):
                 except ValueError:
                     count = 3
                 timeout = self.timeout + max(1, min(count, 100))
+            elif cmd == "send":
+                timeout = max(self.timeout, 30)     # an acked datagram ends within ~22 s
             else:
                 timeout = self.timeout * 2 + 10
         try:

@@ -276,6 +276,20 @@ def render_stats(d, wide=False, names=EMPTY):
         body += "\nprobes:\n" + indent(grid([(k, num(v)) for k, v in sorted(probes.items())]))
     section("traffic", body)
 
+    dg = take("datagrams")
+    if dg:
+        dg = dict(dg)
+        failed = sorted((k[len("failed_"):], v) for k, v in dg.items() if k.startswith("failed_"))
+        body = grid([(k, num(dg.get(k, 0))) for k in ("sent", "delivered", "received", "pending",
+                                                      "retries", "duplicates")], 3)
+        body += "\nfailed: " + (", ".join("%s %s" % (k, num(v)) for k, v in failed if v) or "none")
+        rest = sorted(k for k in dg if not k.startswith("failed_")
+                      and k not in ("sent", "delivered", "received", "pending", "retries", "duplicates"))
+        body += "\n" + grid([(k, num(dg[k])) for k in rest], 3)
+        section("application datagrams", body)
+    elif "datagrams" in d:
+        section("application datagrams", "none yet (the layer is built on first use)")
+
     tl, tlb = take("tx_link"), take("tx_bytes_link")
     if tl is not None or tlb is not None:
         tl, tlb = tl or {}, tlb or {}

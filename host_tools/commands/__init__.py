@@ -9,6 +9,7 @@ COMMAND_MODULES = [
     "deploy",     # snakemesh deploy, build-mpy
     "keys",       # snakemesh keygen, provision
     "inspect",    # status, peers, tree, snake, routes, stats, ping, trace, monitor, console
+    "datagram",   # snakemesh send, recv
     "node",       # snakemesh node (unix-port firmware node)
     "sim",        # snakemesh sim (virtual-time simulator)
     "mesh",       # snakemesh mesh (process mesh)

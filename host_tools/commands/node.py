@@ -17,6 +17,7 @@ node says, so this command and a client never compete for its lines.
 Root and parent changes come from a `status` request of the tap's own
 every POLL_S seconds (its replies are not passed on to clients).
 """
+import os
 import re
 import signal
 import sys
@@ -133,6 +134,11 @@ def register(subparsers):
     p.add_argument("--mpy", action="store_true", help="run the firmware compiled to .mpy, as on a board")
     p.add_argument("--handshake-timeout", type=float, metavar="S", help="handshake deadline (default 10 s)")
     p.add_argument("--micropython", metavar="PATH", help="micropython binary (default: the venv's)")
+    p.add_argument("--app", metavar="FILE.py|MODULE",
+                   help="run this application beside the node: its main(mesh, conf) (firmware/examples/, "
+                        "docs/guides/DATAGRAMS.md)")
+    p.add_argument("--config", metavar="FILE",
+                   help="a node config.json (app_config for --app, listen, peers; as on a board)")
     p.add_argument("--names", metavar="FILE|DIR",
                    help="show peers by name (a mesh/demo/sim output folder, nodes.json, NAME KEY lines)")
     p.add_argument("-q", "--quiet", action="store_true",
@@ -158,7 +164,19 @@ def run(args):
         import tempfile
         tmp = tempfile.TemporaryDirectory(prefix="snakemesh-mpy-")
         mpy_dir = build_mpy(tmp.name)
-    node = NodeProcess(seed=seed, key_file=args.key_file, listen=args.listen, connect=args.connect,
+    extra = []
+    if args.app:
+        app = args.app
+        if app.endswith(".py"):
+            if not os.path.isfile(app):
+                raise InputError("no such app file: %s" % app)
+            app = os.path.abspath(app)
+        extra += ["--app", app]
+    if args.config:
+        if not os.path.isfile(args.config):
+            raise InputError("no such config file: %s" % args.config)
+        extra += ["--config", os.path.abspath(args.config)]
+    node = NodeProcess(seed=seed, key_file=args.key_file, listen=args.listen, connect=args.connect, extra_args=extra,
                        multicast=not args.no_multicast, ble_medium=args.ble_medium,
                        ble_name=args.ble_name, profile=args.profile,
                        heapsize=args.heapsize, mpy_dir=mpy_dir,
