@@ -86,6 +86,9 @@ def run_analyze(args):
             _pct(s["snake_correct_ratio_final"])),
         "ping delivery %s (%d pings), rtt p50/p95 %s/%s ms" % (
             _pct(s["ping_delivery_ratio"]), s["pings"], _fmt(s["rtt_ms_p50"]), _fmt(s["rtt_ms_p95"])),
+        "application datagrams: delivered %s (%d acked), ack latency p50/p95 %s/%s ms" % (
+            _pct(s.get("app_delivery_ratio")), s.get("datagrams") or 0, _fmt(s.get("ack_latency_ms_p50")),
+            _fmt(s.get("ack_latency_ms_p95"))),
         "stretch mean %s, p95 %s over %d probes" % (
             _fmt(s["stretch_mean"]), _fmt(s["stretch_p95"]), s["stretch_probes"]),
         "table occupancy max %s, evictions %d, drops %d, anomalies %d" % (

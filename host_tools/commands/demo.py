@@ -110,9 +110,10 @@ def run(args):
     s = mesh_cmd.run_mesh(_mesh_args(args, mesh_dir), progress=say)
     tel = os.path.join(mesh_dir, "telemetry.jsonl")
     say("mesh stopped: root agreed after %.1f s, snake complete after %.1f s, pings answered %d of %d "
-        "(%s); %d telemetry records in %s"
+        "(%s), datagrams delivered %d of %d; %d telemetry records in %s"
         % (s["tree_converged_s"], s["snake_converged_s"], s["pings_ok"], s["pings"],
-           percent(s["pings_ok"], s["pings"]), _count_lines(tel), _show(tel)))
+           percent(s["pings_ok"], s["pings"]), s.get("datagrams_ok", 0), s.get("datagrams", 0),
+           _count_lines(tel), _show(tel)))
 
     phase(2, 4, "Spark pipeline (local mode): reading the telemetry, building the tables and figures; "
                 "about 10-15 s (longer on a busy machine or the first run on it)")
@@ -181,6 +182,14 @@ def health_lines(s):
         if isinstance(s.get("rtt_ms_p95"), (int, float)):
             line += ", p95 %.1f ms" % s["rtt_ms_p95"]
     out.append(line)
+    if s.get("datagrams"):
+        line = "application datagrams delivered %s of %s (acknowledged end to end)" % (
+            _pct(s.get("app_delivery_ratio")), s.get("datagrams"))
+        if isinstance(s.get("ack_latency_ms_p50"), (int, float)):
+            line += ", ack latency median %.1f ms" % s["ack_latency_ms_p50"]
+            if isinstance(s.get("ack_latency_ms_p95"), (int, float)):
+                line += ", p95 %.1f ms" % s["ack_latency_ms_p95"]
+        out.append(line)
     if isinstance(s.get("stretch_mean"), (int, float)):
         out.append("path stretch (hops taken / shortest) mean %.2fx, p95 %.2fx"
                    % (s["stretch_mean"], s.get("stretch_p95") or s["stretch_mean"]))

@@ -25,6 +25,8 @@ def register(sub):
                    help="seconds of telemetry and probes after convergence (default 15)")
     p.add_argument("--pings", type=int, default=12, metavar="N", help="random pairs to ping (default 12)")
     p.add_argument("--traces", type=int, default=4, metavar="N", help="random pairs to trace (default 4)")
+    p.add_argument("--datagrams", type=int, default=4, metavar="N",
+                   help="random pairs to send an acknowledged datagram (default 4)")
     p.add_argument("--converge-timeout", type=float, default=120.0, metavar="S")
     p.add_argument("--heapsize", type=heapsize_arg, metavar="SIZE",
                    help="MicroPython heap per node, e.g. 110K (default: the port's)")
@@ -107,6 +109,20 @@ def run_mesh(args, progress=say):
         summary.update(pings=n_pings, pings_ok=ok)
         if n_pings:
             progress("pings answered: %d of %d (%s)" % (ok, n_pings, percent(ok, n_pings)))
+        n_dg = min(getattr(args, "datagrams", 0), len(pairs))
+        dg_ok = 0
+        if n_dg:
+            progress("sending %d datagrams with an end-to-end ack (service 1, through the source node's "
+                     "console: `send KEY 1 1 HEX`)" % n_dg)
+        for a, b in pairs[-n_dg:] if n_dg else ():
+            r = m.send(a, b, ("hello %s from %s" % (b, a)).encode(), service=1, ack=True)
+            good = r.get("state") == "delivered"
+            dg_ok += good
+            progress("datagram %-8s -> %-8s %s" % (a, b, ("delivered, ack after %s ms" % r.get("rtt_ms")) if good
+                                                    else "%s (%s)" % (r.get("state"), r.get("reason"))))
+        summary.update(datagrams=n_dg, datagrams_ok=dg_ok)
+        if n_dg:
+            progress("datagrams delivered: %d of %d (%s)" % (dg_ok, n_dg, percent(dg_ok, n_dg)))
         traces = pairs[n_pings:n_pings + args.traces]
         if traces:
             progress("tracing %d more pairs hop by hop" % len(traces))

@@ -55,6 +55,8 @@ def probe_stats(pr):
     ping_ok = ping & F.col("ok")
     rtt = F.when(ping_ok, F.col("rtt_ms"))
     st = F.col("stretch")
+    dgram = F.col("probe") == "datagram"
+    ack = F.when(dgram & F.col("ok"), F.col("rtt_ms"))
     return pr.agg(
         F.count("*").alias("probes"),
         F.sum(F.when(ping, 1).otherwise(0)).alias("pings"),
@@ -73,6 +75,12 @@ def probe_stats(pr):
         F.max(st).alias("stretch_max"),
         F.sum(F.when(F.col("ok") & F.col("hops").isNotNull() & F.col("stretch").isNull(), 1)
               .otherwise(0)).alias("stretch_unknown"),
+        # application datagrams (probe "datagram": ok = delivered, rtt_ms =
+        # the end-to-end ack's round trip)
+        F.sum(F.when(dgram, 1).otherwise(0)).alias("datagrams"),
+        F.sum(F.when(dgram & F.col("ok"), 1).otherwise(0)).alias("datagrams_delivered"),
+        F.percentile(ack, F.lit(0.5)).alias("ack_ms_p50"),
+        F.percentile(ack, F.lit(0.95)).alias("ack_ms_p95"),
     )
 
 

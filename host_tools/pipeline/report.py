@@ -685,6 +685,11 @@ def _tiles(s, rows, reasons):
     t.append(_tile("round trip p50 / p95", "%s / %s ms" % (_v(s.get("rtt_ms_p50"), 3), _v(s.get("rtt_ms_p95"), 3))
                    if s.get("rtt_ms_p50") is not None else _unknown("no successful pings"),
                    "successful pings"))
+    if s.get("datagrams"):
+        t.append(_tile("application datagrams", "%.1f%%" % (100 * s["app_delivery_ratio"]),
+                       "%d of %d acked datagrams delivered; ack p50 / p95 %s / %s ms"
+                       % (s.get("datagrams_delivered") or 0, s["datagrams"], _v(s.get("ack_latency_ms_p50"), 3),
+                          _v(s.get("ack_latency_ms_p95"), 3))))
     t.append(_tile("path stretch p50 / p95", "%s / %s" % (_v(s.get("stretch_p50"), 3), _v(s.get("stretch_p95"), 3))
                    if s.get("stretch_p50") is not None else _unknown("no probe with hops on a known topology"),
                    "hops / shortest path, %d probes" % (s.get("stretch_probes") or 0)))

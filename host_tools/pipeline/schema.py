@@ -153,7 +153,7 @@ def parse_lines(lines):
     by_kind["counters"].append(F.when(~any_counter, F.lit("missing_field:counters")))
     for k, name in KEY_FIELDS:
         by_kind[k].append(F.when(r[name].isNotNull() & ~is_key(r[name]), F.lit("bad_key:" + name)))
-    by_kind["probe"].append(F.when(~r["probe"].isin("ping", "trace"), F.lit("bad_value:probe")))
+    by_kind["probe"].append(F.when(~r["probe"].isin("ping", "trace", "datagram"), F.lit("bad_value:probe")))
     by_kind["probe"].append(F.when(r["hops"] < 0, F.lit("bad_value:hops")))
     by_kind["probe"].append(F.when(r["rtt_ms"] < 0, F.lit("bad_value:rtt_ms")))
     per_kind = None

@@ -86,7 +86,7 @@ class ProcessMesh(object):
     def __init__(self, topology, out_dir, seed=1, profile="UNIX", ble_latency_ms=5.0,
                  heapsize=None, log=None, mpy=False, hub_profile=None, node_profiles=None,
                  micropython=None, gateway_root=False, root_node=None, espnow_loss=0.0,
-                 espnow_latency_ms=2.0, espnow_retries=2):
+                 espnow_latency_ms=2.0, espnow_retries=2, node_args=None):
         self.topology_path = topology
         self.names, self.edges = parse_topology(topology)
         self.out_dir = out_dir
@@ -110,6 +110,8 @@ class ProcessMesh(object):
         self.espnow_retries = espnow_retries
         self.espnow = None       # the ESP-NOW medium process
         self.espnow_addr = None
+        self.node_args = node_args or {}     # name -> extra firmware arguments (--app FILE, --config F)
+        self.datagrams = 0
         self.heapsize = heapsize
         self.mpy = mpy            # run the firmware compiled to .mpy, as on a board
         self.micropython = micropython   # interpreter binary (None: the venv's micropython)
@@ -211,7 +213,8 @@ class ProcessMesh(object):
             self._spec[n] = dict(seed=self.seeds[n], listen=listen[n], connect=connect[n],
                                  multicast=False, profile=self.profile_of(n), heapsize=self.heapsize,
                                  mpy_dir=self.mpy_dir, micropython=self.micropython, ble_medium=self.medium_addr if n in ble_nodes else None, ble_name=n,
-                                 espnow_medium=self.espnow_addr if n in now_nodes else None)
+                                 espnow_medium=self.espnow_addr if n in now_nodes else None,
+                                 extra_args=list(self.node_args.get(n, ())))
             self._launch(n, boot_timeout)
             node = self.nodes[n]
             self.log("node %-10s up  %s  console %s" % (n, node.pubkey[:16], node.pty_path))
@@ -420,6 +423,22 @@ class ProcessMesh(object):
                     "probe": "ping", "id": self.probes, "src": self.hexkey(a), "dst": self.hexkey(b),
                     "ok": ok, "rtt_ms": (sum(rtts) / len(rtts)) if rtts else None,
                     "hops": None, "path": None})
+        return r
+
+    def send(self, a, b, data=b"", service=0, ack=True, timeout=40.0):
+        """A datagram from node a to node b (console `send`; data up to 100
+        bytes); its outcome goes to the telemetry as a probe record with
+        probe "datagram" (ok = delivered, rtt_ms, state, reason: what
+        `analyze` measures)."""
+        r = self.request(a, "send %s %d %d %s" % (self.hexkey(b), service, 1 if ack else 0,
+                                                  bytes(data).hex()), timeout=timeout)
+        self.datagrams += 1
+        self._emit({"v": 1, "kind": "probe", "probe": "datagram", "t": round(time.time(), 3),
+                    "node": self.hexkey(a), "id": self.datagrams, "src": self.hexkey(a), "dst": self.hexkey(b),
+                    "ok": r.get("state") == "delivered", "hops": None, "path": None,
+                    "rtt_ms": r.get("rtt_ms") if r.get("state") == "delivered" else None,
+                    "service": service, "ack": bool(ack), "len": len(data), "state": r.get("state"),
+                    "reason": r.get("reason")})
         return r
 
     def trace(self, a, b, timeout=30.0):

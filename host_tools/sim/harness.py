@@ -53,6 +53,7 @@ from host_tools.sim import probes as P
 from host_tools.sim import profiles as PR
 from host_tools.sim import topology as T
 from host_tools.sim.engine import Engine, US_PER_MS, US_PER_S
+from host_tools.sim.datagrams import DatagramsMixin
 from host_tools.sim.faults import FaultsMixin
 from host_tools.sim.keys import make_signer, hexkey, policy_in_force
 from host_tools.keystore import ROOT_CANDIDATE_PROFILES, is_root_candidate
@@ -95,7 +96,7 @@ def as_topology(topology):
     raise MeshError("topology must be a Topology, text, a path or a list of edges")
 
 
-class Mesh(TransportMixin, ProbingMixin, FaultsMixin, SamplingMixin):
+class Mesh(TransportMixin, ProbingMixin, DatagramsMixin, FaultsMixin, SamplingMixin):
     def __init__(self, topology, seed=1, profile=None, link_defaults=None, telemetry=None,
                  crash_detect_ms=0, reconnect_ms=2000, start_spread_ms=500, tick_ms=250,
                  tick_base_ms=0, probe_timeout_ms=5000, hop_limit=None, strict=True,
@@ -180,6 +181,11 @@ class Mesh(TransportMixin, ProbingMixin, FaultsMixin, SamplingMixin):
         self._probes = {}
         self._next_probe = 1
         self.results = []                  # finished ProbeResults, in finish order
+        self.datagrams = []                # finished send_datagram() records, in finish order
+        self.dgram_delivered = {}          # datagram token -> deliveries
+        self._dg_sends = {}                # (node index, incarnation, id) -> record
+        self._dg_pending_recs = []         # every send_datagram() record
+        self._dg_seq = 0
         self.keep_results = True
         self._comp_cache = None
         self._topo_version = 0
@@ -251,6 +257,7 @@ class Mesh(TransportMixin, ProbingMixin, FaultsMixin, SamplingMixin):
         n.peers_dirty = True
         r = self.router_class(n.profile, n.signer, self._now_ms())
         n.router = r
+        n.dg = None               # a restarted node remembers no datagram
         n.alive = True
         inc = n.incarnation
         mesh = self
@@ -285,7 +292,10 @@ class Mesh(TransportMixin, ProbingMixin, FaultsMixin, SamplingMixin):
             return
         eng = self.engine
         try:
-            n.router.tick((eng.now // US_PER_MS + self.tick_base_ms) & TICKS_MASK)
+            now = (eng.now // US_PER_MS + self.tick_base_ms) & TICKS_MASK
+            n.router.tick(now)
+            if n.dg is not None:
+                n.dg.tick(now)
         except Exception as e:
             self._router_exception(n, "tick", e)
         eng._seq += 1                   # = eng.at(now + tick, ...) without the call

@@ -15,7 +15,7 @@ class NodeState:
     __slots__ = ("mesh", "name", "index", "key", "hex", "signer", "router", "alive",
                  "incarnation", "ports", "links", "phase", "last_peers", "inbox",
                  "restarts", "carried_bytes", "carried_frames", "carried_link_bytes",
-                 "profile", "peers_dirty")
+                 "profile", "peers_dirty", "dg")
 
     def __init__(self, mesh, name, index, key, signer, profile):
         self.mesh = mesh
@@ -33,6 +33,7 @@ class NodeState:
         self.phase = 0
         self.last_peers = None
         self.peers_dirty = True     # the peer list may have changed since the last sample
+        self.dg = None              # snake.datagram.Datagrams, built on first use (per incarnation)
         self.inbox = collections.deque(maxlen=1000)
         self.restarts = 0
         # what this node's links accepted from it, counted by the simulator

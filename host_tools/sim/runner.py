@@ -156,6 +156,7 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
         "capacity_warnings": len(warnings) if warnings is not None else None,
         "capacity_warning_nodes": (len(set(w["node"] for w in warnings))
                                    if warnings is not None else None),
+        "datagrams": mesh.datagram_summary() if mesh._dg_pending_recs else None,
         "telemetry_records": writer.count,
         "events_run": mesh.engine.events_run,
     }
@@ -177,6 +178,8 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
         "scenario": [{"t": ev.t, "event": ev.describe()} for ev in events],
         "probes": [dict(p.as_dict(), path_keys=[k.hex() for k in p.path_keys])
                    for p in probes],
+        "datagrams": [dict((k, v) for k, v in r.items() if not k.startswith("_"))
+                      for r in mesh._dg_pending_recs],
         "convergence": conv,
         "sim_stats": dict(mesh.stats),
         "sim_events": [list(e) for e in mesh.events if e[2] in ("router_exception", "scenario_error")],
@@ -249,6 +252,12 @@ def summary_line(s):
     if s.get("links_refused"):
         line += ("; %d of %d links refused (ports full), judged on the %d that came up"
                  % (s["links_refused"], s["edges"], s["edges"] - s["links_refused"]))
+    d = s.get("datagrams")
+    if d:
+        line += "; datagrams delivered %d, sent %d, failed %d%s, pending %d, delivered twice %d" % (
+            d["delivered"], d["sent"], sum(d["failed"].values()),
+            " (%s)" % ", ".join("%s %d" % kv for kv in sorted(d["failed"].items())) if d["failed"] else "",
+            d["pending"], d["delivered_twice"])
     if s.get("capacity_warnings"):
         line += "; capacity warnings on %d nodes (truth.json)" % s["capacity_warning_nodes"]
     return line

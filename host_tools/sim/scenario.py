@@ -15,11 +15,19 @@ Events run in time order (file order for equal times)::
     80      join        z a b @ble        # new node z linked to a and b (default @wifi)
     5       ping-set    20 interval=1 count=10 timeout=5   # 20 random pairs
     5       ping-set    a:d b:e count=3                    # listed pairs
+    5       dgram-set   10 count=20 interval=0.5 size=2000 ack=1   # datagrams
 
 ping-set: N random pairs of alive nodes in the same reachable component
 (chosen with the run's seeded generator when the event fires) or listed
 ``SRC:DST`` pairs; each pair is pinged `count` times (default 1), every
 `interval` seconds (default 1), each with `timeout` seconds (default 5).
+
+dgram-set: the same pairs, each sends `count` application datagrams
+(snake/datagram.py, docs/reference/DATAGRAMS.md) of `size` bytes (default
+64, at least 8) to `service` (default 1), every `interval` seconds, with an
+end-to-end ack unless ack=0; outcomes (delivered / failed by reason /
+sent) go to truth.json `datagrams` and the summary, and a
+`datagram_send` telemetry record each.
 """
 import math
 
@@ -66,6 +74,7 @@ ACTIONS = {
     "heal": (0, 0, ()),
     "join": (1, None, ()),
     "ping-set": (1, None, ("interval", "count", "timeout")),
+    "dgram-set": (1, None, ("interval", "count", "size", "ack", "service")),
 }
 
 
@@ -133,23 +142,28 @@ def _check(action, args, opts, lo, hi, where):
             raise ScenarioError("%s: partition takes one '|'" % where)
         if args[0] == "|":
             raise ScenarioError("%s: partition needs nodes before '|'" % where)
-    if action == "ping-set":
+    if action == "dgram-set":
+        if opts.get("size", 64) < 8 or opts.get("size", 64) > 65535:
+            raise ScenarioError("%s: dgram-set size must be within 8..65535" % where)
+        if not 0 <= opts.get("service", 1) <= 65535:
+            raise ScenarioError("%s: dgram-set service must be within 0..65535" % where)
+    if action == "ping-set" or action == "dgram-set":
         if len(args) == 1 and ":" not in args[0]:
             try:
                 n = int(args[0])
             except ValueError:
-                raise ScenarioError("%s: ping-set takes N or SRC:DST pairs" % where)
+                raise ScenarioError("%s: %s takes N or SRC:DST pairs" % (where, action))
             if n < 1:
-                raise ScenarioError("%s: ping-set N must be >= 1" % where)
+                raise ScenarioError("%s: %s N must be >= 1" % (where, action))
         else:
             for a in args:
                 src, sep, dst = a.partition(":")
                 if not sep or not src or not dst:
-                    raise ScenarioError("%s: ping-set pair %r is not SRC:DST" % (where, a))
+                    raise ScenarioError("%s: %s pair %r is not SRC:DST" % (where, action, a))
         if "count" in opts and (opts["count"] != int(opts["count"]) or opts["count"] < 1):
-            raise ScenarioError("%s: ping-set count must be a positive integer" % where)
+            raise ScenarioError("%s: %s count must be a positive integer" % (where, action))
         if opts.get("interval", 1) <= 0 or opts.get("timeout", 1) <= 0:
-            raise ScenarioError("%s: ping-set interval and timeout must be > 0" % where)
+            raise ScenarioError("%s: %s interval and timeout must be > 0" % (where, action))
     if action == "set-link" and opts.get("loss", 0) > 1:
         raise ScenarioError("%s: loss must be within 0..1" % where)
 
@@ -161,7 +175,7 @@ def event_nodes(ev):
         return [x for x in ev.args if x != "|"]
     if a == "join":
         return [x for x in ev.args[1:] if not x.startswith("@")]
-    if a == "ping-set":
+    if a == "ping-set" or a == "dgram-set":
         if len(ev.args) == 1 and ":" not in ev.args[0]:
             return []
         out = []
@@ -247,6 +261,8 @@ def apply(mesh, ev):
         mesh.join(args[0], nb, link)
     elif a == "ping-set":
         _ping_set(mesh, ev)
+    elif a == "dgram-set":
+        _dgram_set(mesh, ev)
     else:  # pragma: no cover - parse() rejects unknown actions
         raise ScenarioError("unknown action %r" % a)
 
@@ -266,6 +282,27 @@ def _ping_set(mesh, ev):
         for i, (s, d) in enumerate(pairs):
             # spread each round's pings 1 ms apart
             eng.at(eng.now + k * interval_us + i * 1000, _ping, mesh, (s, d, timeout))
+
+
+def _dgram_set(mesh, ev):
+    o = ev.opts
+    count = int(o.get("count", 1))
+    interval_us = int(round(o.get("interval", 1.0) * US_PER_S))
+    if len(ev.args) == 1 and ":" not in ev.args[0]:
+        pairs = mesh.pick_pairs(int(ev.args[0]))
+    else:
+        pairs = [tuple(p.split(":", 1)) for p in ev.args]
+    mesh._sim_event("dgram_set", "%d pairs x %d" % (len(pairs), count), None)
+    eng = mesh.engine
+    spec = (int(o.get("size", 64)), int(o.get("service", 1)), bool(o.get("ack", 1)))
+    for k in range(count):
+        for i, (s, d) in enumerate(pairs):
+            eng.at(eng.now + k * interval_us + i * 1000, _dgram, mesh, (s, d) + spec)
+
+
+def _dgram(mesh, arg):
+    s, d, size, service, ack = arg
+    mesh.send_datagram(s, d, size, service, ack)
 
 
 def _ping(mesh, arg):
