@@ -57,8 +57,13 @@ def main():
     tree = bytearray(prof.frame_max)
     n_tree = wire.encode_traffic(tree, wire_host.encode_coords([3])[2:], b"\x01\x02", hi.public, lo.public,
                                  wire.FULL_KEY, 0, payload, 64)
+    # an application datagram (docs/reference/DATAGRAMS.md: DATA, ack
+    # asked, one fragment of 200 bytes): relays forward it as any traffic
+    dpay = bytes([0x53, 0x44, 1, 1, 3, 0, 7, 0, 9, 1, 2, 1, 0, 0, 200, 0, 200]) + payload
+    dgram = bytearray(prof.frame_max)
+    n_dgram = wire.encode_traffic(dgram, b"", b"\x01\x02", hi.public, lo.public, wire.FULL_KEY, 0, dpay, 64)
     res = {}
-    for name, frame, n in (("snek", snek, n_snek), ("tree", tree, n_tree)):
+    for name, frame, n in (("snek", snek, n_snek), ("tree", tree, n_tree), ("dgram", dgram, n_dgram)):
         for i in range(200):     # warm-up
             platform.copy_into(buf, 0, frame, 0, n)
             r.receive(2, buf, n, 10)

@@ -40,6 +40,7 @@ FIGURES = (
     (8, "f8_pipeline"),
     (9, "f9_sim_accept"),
     (10, "f10_radio_links"),
+    (11, "f11_datagrams"),
 )
 
 
