@@ -34,6 +34,7 @@ class FakePeer(object):
         self.coords = b""                # our coordinates (varu64 body)
         self.ann_sent = None
         self.rx = {}                     # frame type -> count
+        self.traffic = []                # (src key, payload) of traffic frames to us
         self.closed = False
         self.task = None
 
@@ -70,6 +71,9 @@ class FakePeer(object):
                 self.rx[f.type] = self.rx.get(f.type, 0) + 1
                 if f.type == wire.T_ANNOUNCEMENT:
                     await self._announcement(frame, f)
+                elif f.type == wire.T_TRAFFIC:
+                    self.traffic.append((bytes(frame[f.src_off:f.src_off + 32]),
+                                         bytes(frame[f.payload_off:f.payload_off + f.payload_len])))
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             self.closed = True
 
@@ -122,7 +126,7 @@ class FakePeer(object):
         return await self.send(bytes(buf[:n]))
 
     async def traffic_from(self, src_key, dst_key, payload, hop_limit=10):
-        buf = bytearray(1024)
+        buf = bytearray(1024 if len(payload) < 700 else 2048)
         n = wire.encode_traffic(buf, b"", self.coords, dst_key, src_key, FULL_KEY, 0, payload, hop_limit)
         return await self.send(bytes(buf[:n]))
 

@@ -13,6 +13,12 @@ run's seconds and, should a node's tables not yet all have been full (or its
 peers and routes not full at one sample), on until they were (at most
 FILL_GRACE_S more): on a loaded machine a node verifies the flood late, and
 the run waits for the tables instead of failing on the load.
+With datagrams=True the datagram layer is in use meanwhile (issue 25):
+every node keeps its sends in flight full (acked datagrams to a key not in
+the mesh, each pending ~22 s until it fails), sends acked datagrams to the
+next node (delivered: the receiver's memory of delivered datagrams fills),
+and receives from a scripted peer the first fragment of a datagram of its
+profile's dgram_max every round (its reassembly slots stay in flight).
 
     res = run(profile, variant, heap, seconds, out_dir)
     profile: a board name (boards/NAME/profile.json) or a profile file
@@ -36,6 +42,23 @@ from fakepeer import FakePeer
 TOPOLOGY_BLE = "a b c a\na b @ble\nb c @ble\nc a @ble\n"
 TOPOLOGY_WIFI = "a b c a\n"
 TOPOLOGY_ESPNOW = "a b c a @espnow\n"
+NOT_IN_MESH = "5a" * 32
+
+
+def first_fragment(profile, seq):
+    """A datagram's first fragment (docs/reference/DATAGRAMS.md, written
+    from the doc with struct): a datagram of the profile's dgram_max in
+    fragments of dgram_frag, acknowledgement asked; a new id per call."""
+    import struct
+    from snake.profile import dgram_frag
+    total = profile.dgram_max
+    fr = dgram_frag(profile)
+    count = -(-total // fr)
+    if count < 2:            # one fragment: no reassembly; two of half each
+        count = 2
+    stride = -(-total // count)
+    hdr = struct.pack(">2sBBBHHHBBHH", b"SD", 1, 1, 0x01, 30, 0, seq & 0xFFFF, count, 0, stride, total)
+    return hdr + bytes(stride)
 TABLES = ("peers", "routes", "coords", "sigcache", "wakeups")
 SYNTH_PER_NODE = 48
 TRAFFIC_KEYS = 6
@@ -75,6 +98,10 @@ class Filler(object):
         self.stop = threading.Event()
         self.error = None
         self.sent = {"bootstrap": 0, "wakeup": 0, "traffic": 0}
+        # fn(seq) -> a payload the first scripted peer of each node sends it
+        # every round (a datagram's first fragment, so a reassembly is in
+        # flight: run(datagrams=True)), or None
+        self.extra = None
         self.connected = 0
         # (the third seed byte is 0 below 256 keys, so smaller profiles
         # see the keys they always saw)
@@ -124,6 +151,9 @@ class Filler(object):
                 for s in keys:
                     if await p.bootstrap_for(s, seq):
                         self.sent["bootstrap"] += 1
+                if self.extra is not None and j == 0:
+                    if await p.traffic_from(keys[0].public, bytes.fromhex(self.targets[i][1]), self.extra(seq)):
+                        self.sent["traffic"] += 1
                 for s in keys[:self.traffic_keys]:
                     pl = bytes(probe.make(probe.PING, seq & 0xFFFFFFFF))
                     if await p.traffic_from(s.public, bytes.fromhex(self.targets[i][1]), pl):
@@ -152,7 +182,7 @@ def _req(m, name, cmd):
     return r
 
 
-def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None):
+def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None, datagrams=False):
     """Run the scenario; returns a Result (raises AssertionError when the
     mesh does not even form or a console stops answering)."""
     binary = mp32.binary(variant)
@@ -200,6 +230,12 @@ def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None):
                         fakes_per_node=fakes,
                         synth_per_node=max(SYNTH_PER_NODE, res.cap["routes"] + 16),
                         traffic_keys=max(TRAFFIC_KEYS, res.cap["coords"] // max(1, fakes) + 1))
+        from snake.profile import Profile
+        prof = Profile.load(path)
+        res.datagrams = datagrams
+        res.dgram_cap = {"pending": prof.dgram_pending, "reassembling": prof.dgram_reasm}
+        if datagrams and prof.dgram_reasm:
+            filler.extra = lambda seq: first_fragment(prof, seq)
         filler.start()
         try:
             res.samples = dict((n, []) for n in names)
@@ -217,6 +253,8 @@ def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None):
                     raise AssertionError("scripted peers failed: %r" % (filler.error,))
                 a, b = names[k % 3], names[(k + 1) % 3]
                 k += 1
+                if datagrams:
+                    _datagram_load(m, names, res, k)
                 res.pings[0] += 1
                 try:
                     if m.ping(a, b, count=1, timeout=30).get("received") == 1:
@@ -227,9 +265,13 @@ def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None):
                     # stats/mem requests below must still answer)
                     res.pings[2] += 1
                 for n in names:
-                    occ = _req(m, n, "stats")["occupancy"]
+                    st = _req(m, n, "stats")
+                    occ = st["occupancy"]
                     mem = _req(m, n, "mem")
                     res.samples[n].append((time.monotonic() - t0, mem["free"], mem["heap"], occ))
+                    dg = st.get("datagrams") or {}
+                    for t in ("pending", "reassembling"):
+                        res.peak[(n, "dgram_" + t)] = max(res.peak.get((n, "dgram_" + t), 0), dg.get(t, 0))
                     for t in TABLES:
                         res.peak[(n, t)] = max(res.peak.get((n, t), 0), occ[t][0])
             res.final = dict((n, _req(m, n, "mem")) for n in names)
@@ -268,6 +310,19 @@ def finished(res, elapsed):
     return elapsed >= res.seconds + FILL_GRACE_S or all(filled(res, n) for n in res.names)
 
 
+def _datagram_load(m, names, res, k):
+    """Keep every node's datagram sends in flight full and its delivered
+    memory filling (requests written without waiting: an acked send is
+    answered when it ends)."""
+    for i, n in enumerate(names):
+        m.nodes[n].write_line("#dd%d send %s 2 1 %s" % (k, m.hexkey(names[(i + 1) % len(names)]), "11" * 24))
+    time.sleep(0.5)     # those are delivered within this (a few hops on loopback)
+    for i, n in enumerate(names):
+        dg = _req(m, n, "stats").get("datagrams") or {}
+        for j in range(res.dgram_cap["pending"] - dg.get("pending", 0)):
+            m.nodes[n].write_line("#dg%d_%d send %s 1 1 %s" % (k, j, NOT_IN_MESH, "00" * 24))
+
+
 def steady(res, n):
     """The node's samples from the first one with its peers and routes full."""
     s = res.samples[n]
@@ -296,6 +351,10 @@ def problems(res):
         for t in TABLES:
             if res.peak[(n, t)] != res.cap[t]:
                 out.append("%s: table %s never full (peak %d of %d)" % (n, t, res.peak[(n, t)], res.cap[t]))
+        for t in ("pending", "reassembling") if getattr(res, "datagrams", False) else ():
+            if res.peak.get((n, "dgram_" + t), 0) != res.dgram_cap[t]:
+                out.append("%s: datagram %s never full (peak %d of %d)"
+                           % (n, t, res.peak.get((n, "dgram_" + t), 0), res.dgram_cap[t]))
         st = steady(res, n)
         if not st:
             out.append("%s: peers and routes never full at a sample" % n)
@@ -331,6 +390,15 @@ def report(res):
                      "occupancy %s" % (n, f["free"], f["heap"], 100.0 * f["free"] / f["heap"], min(lows),
                                        100.0 * min(lows) / f["heap"], f.get("largest_free"),
                                        res.stats[n]["occupancy"]))
+        dg = res.stats[n].get("datagrams") or {}
+        if getattr(res, "datagrams", False):
+            lines.append("     datagrams: pending peak %s of %s, reassembling peak %s of %s; sent %s delivered %s "
+                         "failed %s received %s reassembly refused %s"
+                         % (res.peak.get((n, "dgram_pending")), res.dgram_cap["pending"],
+                            res.peak.get((n, "dgram_reassembling")), res.dgram_cap["reassembling"],
+                            dg.get("sent"), dg.get("delivered"),
+                            sum(v for k2, v in dg.items() if k2.startswith("failed_")), dg.get("received"),
+                            dg.get("reasm_refused")))
         parts = f.get("parts") or {}
         lines.append("     used %d B: %s" % (f["used"], ", ".join(
             "%s %d" % kv for kv in sorted(parts.items(), key=lambda kv: -kv[1]))))
@@ -338,15 +406,19 @@ def report(res):
 
 
 def main(argv):
-    """python bench/heap_scenario.py PROFILE frozen|stock HEAP [SECONDS]:
-    runs the scenario, prints the report; exit status 1 if it fails."""
+    """python bench/heap_scenario.py PROFILE frozen|stock HEAP [SECONDS] [--datagrams]:
+    runs the scenario (with the datagram layer in use), prints the report;
+    exit status 1 if it fails."""
     import sys
     import tempfile
+    dgrams = "--datagrams" in argv
+    argv = [a for a in argv if a != "--datagrams"]
     if len(argv) not in (3, 4) or argv[1] not in ("frozen", "stock"):
         sys.stderr.write("usage: heap_scenario.py PROFILE frozen|stock HEAP [SECONDS]\n")
         return 2
     with tempfile.TemporaryDirectory() as tmp:
-        res = run(argv[0], argv[1], argv[2], float(argv[3]) if len(argv) > 3 else 60.0, tmp)
+        res = run(argv[0], argv[1], argv[2], float(argv[3]) if len(argv) > 3 else 60.0, tmp,
+                  datagrams=dgrams)
     print("\n".join(report(res)))
     worst = worst_free(res)
     print("lowest free share with every table full: %.1f %% (node %s)" % worst)

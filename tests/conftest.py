@@ -19,6 +19,9 @@ import pytest  # noqa: E402
 SLOW_MODULES = frozenset((
     "test_ble_mesh.py",
     "test_console_interactive.py",
+    "test_datagram_host_node.py",
+    "test_datagram_interop.py",
+    "test_datagram_mesh.py",
     "test_demo.py",
     "test_espnow_mesh.py",
     "test_flood.py",

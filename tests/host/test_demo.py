@@ -18,7 +18,9 @@ def test_demo_runs_end_to_end(tmp_path):
         assert line in r.stdout, (line, r.stdout[-3000:])
     # it says what it is doing in every phase, ratios as percentages
     for line in ("--- 1/4 process mesh: 8 firmware nodes", "waiting for every node to agree on the root",
-                 "pinging 8 random pairs", "pings answered: 8 of 8 (100%)", "tracing 3 more pairs",
+                 "pinging 8 random pairs", "pings answered: 8 of 8 (100%)",
+                 "sending 4 datagrams with an end-to-end ack", "datagrams delivered: 4 of 4 (100%)",
+                 "application datagrams delivered 100% of 4", "tracing 3 more pairs",
                  "recording telemetry for 5 s", "stopping the 8 nodes", "telemetry records in ",
                  "--- 2/4 Spark pipeline", "--- 3/4 mesh health",
                  "snake neighbours right at the end: 100%", "ping delivery 100% of 8 pings",
@@ -34,4 +36,6 @@ def test_demo_runs_end_to_end(tmp_path):
     assert summary["nodes"] == 8
     assert summary["rejected_records"] == 0
     assert summary["ping_delivery_ratio"] == 1.0
+    assert summary["datagrams"] == 4 and summary["app_delivery_ratio"] == 1.0
+    assert 0 <= summary["ack_latency_ms_p50"] <= summary["ack_latency_ms_p95"]
     assert summary["tree_converged_s"] is not None and summary["snake_converged_s"] is not None

@@ -29,3 +29,12 @@ def test_health_lines_in_percent():
     lines = health_lines(s)
     assert lines[1] == "tree converged after never, snake after 3.0 s; snake neighbours right at the end: n/a"
     assert lines[-1] == "tables that bound the mesh: no table full or refusing"
+
+
+def test_health_lines_show_application_datagrams():
+    s = {"nodes": 3, "records": 10, "ping_delivery_ratio": 1.0, "pings": 2, "datagrams": 8,
+         "app_delivery_ratio": 0.875, "ack_latency_ms_p50": 4.0, "ack_latency_ms_p95": 9.5}
+    assert ("application datagrams delivered 87.5% of 8 (acknowledged end to end), ack latency median "
+            "4.0 ms, p95 9.5 ms") in health_lines(s)
+    s["datagrams"] = 0
+    assert not any("datagrams" in l for l in health_lines(s))

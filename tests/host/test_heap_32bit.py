@@ -70,11 +70,25 @@ def profile_for(case, tmp_path):
     return path
 
 
-@pytest.mark.parametrize("profile", sorted(CASES))
-def test_node_fits_board_heap_with_full_tables(profile, tmp_path):
+# With the datagram layer in use (issue 25: sends in flight full, acked
+# datagrams delivered, a reassembly in flight where the profile has one)
+# the layer's code and tables cost ~8 KB on ESP32_GENERIC at its smallest
+# datagram settings (one fragment, no reassembly): 28.4 % free with every
+# table full (docs/reports/MEMORY.md "Application datagrams"). Meeting 35 %
+# takes smaller routing tables, a decision for the whole mesh's scale (the
+# 250-board acceptance): until it is taken, these cases fail as expected.
+_DGRAM_OVER = pytest.mark.xfail(strict=True, reason="the datagram layer in use does not fit the 35 % budget "
+                                "with the shipped tables (docs/reports/MEMORY.md Application datagrams)")
+DGRAM_CASES = ("ESP32_GENERIC", "ESP32_GENERIC_S3")
+
+
+@pytest.mark.parametrize("profile,datagrams", [(p, False) for p in sorted(CASES)]
+                         + [pytest.param(p, True, marks=_DGRAM_OVER) for p in DGRAM_CASES])
+def test_node_fits_board_heap_with_full_tables(profile, datagrams, tmp_path):
     variant, heap = CASES[profile]
     heap = os.environ.get("SNAKEMESH_HEAP32", heap)
-    res = heap_scenario.run(profile_for(profile, tmp_path), variant, heap, SECONDS, str(tmp_path / "run"))
+    res = heap_scenario.run(profile_for(profile, tmp_path), variant, heap, SECONDS, str(tmp_path / "run"),
+                            datagrams=datagrams)
     print("\n" + "\n".join(heap_scenario.report(res)))
     assert not res.errors, "\n".join(res.errors)
 

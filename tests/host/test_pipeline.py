@@ -469,6 +469,7 @@ def test_c_cli_prints_summary_and_writes_report(scen_c):
 
 SIM_SCENARIO = """\
 2  ping-set 10 interval=2 count=25 timeout=3
+3  dgram-set 6 interval=3 count=15 size=1500
 20 crash c
 26 restart c
 32 partition a b e f
@@ -531,6 +532,14 @@ def test_sim_results_equal_ground_truth(scen_sim):
     assert approx(s["stretch_mean"], float(vals.mean()))
     assert approx(s["stretch_p95"], float(np.percentile(vals, 95)))
     assert approx(s["ping_delivery_ratio"], truth["summary"]["probes_ok"] / float(truth["summary"]["probes"]))
+    # application datagrams (acked, some across the crash and the partition)
+    dg = truth["datagrams"]
+    assert len(dg) == 90 and s["datagrams"] == 90
+    assert approx(s["app_delivery_ratio"], sum(1 for d in dg if d["state"] == "delivered") / 90.0)
+    rtts = np.array([d["rtt_ms"] for d in dg if d["state"] == "delivered"])
+    assert 0 < len(rtts) < 90 or len(rtts) == 90
+    assert approx(s["ack_latency_ms_p50"], float(np.percentile(rtts, 50)), 1e-3)
+    assert approx(s["ack_latency_ms_p95"], float(np.percentile(rtts, 95)), 1e-3)
     assert s["ping_delivery_ratio"] < 1.0  # pings across the partition and to the crashed node fail
 
 
@@ -547,6 +556,9 @@ def test_sim_folder_side_files_are_used_not_read_as_telemetry(scen_sim):
     assert sorted(r["name"] for r in rows) == sorted(names.values())
     assert all(r["name"] == names[r["node"]] for r in rows)
     assert os.path.isfile(os.path.join(out, "report", "index.html"))
+    with open(os.path.join(out, "report", "index.html")) as f:
+        html = f.read()
+    assert "application datagrams" in html and "of 90 acked datagrams delivered" in html
 
 
 def test_sim_convergence_matches_the_simulators_own_truth(scen_sim):
