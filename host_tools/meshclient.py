@@ -15,7 +15,7 @@ end-to-end acks, fragments. Keys take the forms of `snakemesh ping`: the
 full key (64 hex digits), a unique prefix of 8+ hex digits the node knows,
 or a name from a names file (names=...). docs/guides/DATAGRAMS.md has the
 whole page; the console requests it uses are send/put/recv
-(docs/INTERFACES.md).
+(docs/guides/NODE.md).
 
 Errors are host_tools.errors.CliError subclasses with one clear line:
 DeviceError (the port), TimeoutError_, InputError (a key), NodeError (the
