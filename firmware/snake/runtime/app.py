@@ -1,7 +1,7 @@
 # The board API for applications: datagrams to and from keys, by service.
 #
 #   from snake.runtime import app
-#   mesh = app.mesh()                 # the running node's (None before boot)
+#   mesh = app.mesh()                 # the node's, once built (an app's main() gets it)
 #   h = mesh.send(key, b"21.5", service=7, ack=True)
 #   state = await h                   # "delivered" | "failed" ("sent" without ack)
 #   h.reason                          # "no_route" | "timeout" | "too_big" | "no_memory" | "busy"
@@ -33,7 +33,8 @@ _mesh = None
 
 
 def mesh():
-    """The running node's Mesh, or None (no node runs in this process)."""
+    """The running node's Mesh once its datagram layer is built (an app's
+    main() gets it as its argument), else None."""
     return _mesh
 
 
@@ -318,6 +319,10 @@ async def run_app(node, name, conf):
     try:
         mod = __import__(name)
         m = node.mesh()
+        if m is None:
+            node.log("app %s not started: no datagram layer (out of memory, or profile dgram_pending 0)"
+                     % name)
+            return
         await mod.main(m, conf or {})
     except Exception as e:
         node.log("app %s stopped: %s: %s" % (name, type(e).__name__, e))
