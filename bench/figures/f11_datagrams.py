@@ -30,7 +30,7 @@ def _pct(xs, q):
 
 
 def _line(hops, tmp, count, ctx):
-    from host_tools.mesh import ProcessMesh
+    from host_tools.procmesh.mesh import ProcessMesh
     names = NAMES[:hops + 1]
     topo = os.path.join(tmp, "line%d.txt" % hops)
     with open(topo, "w") as f:

@@ -7,7 +7,7 @@ import os
 
 from host_tools import FIRMWARE_DIR
 from host_tools.meshclient import MeshClient
-from host_tools.nodeproc import NodeProcess, free_port
+from host_tools.procmesh.nodeproc import NodeProcess, free_port
 from ptyproc import snakemesh as at_terminal
 
 SEED_H = "c1" * 32

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from host_tools.nodeproc import NodeProcess, free_port, micropython_binary
+from host_tools.procmesh.nodeproc import NodeProcess, free_port, micropython_binary
 from fakepeer import FakePeer
 
 pytestmark = pytest.mark.skipif(micropython_binary() is None, reason="micropython binary missing")

@@ -26,8 +26,8 @@ import time
 import pytest
 
 from host_tools import FIRMWARE_DIR
-from host_tools.mesh import ProcessMesh
-from host_tools.nodeproc import micropython_binary
+from host_tools.procmesh.mesh import ProcessMesh
+from host_tools.procmesh.nodeproc import micropython_binary
 
 pytestmark = pytest.mark.skipif(micropython_binary() is None, reason="micropython binary missing")
 
@@ -57,7 +57,7 @@ def _wait_listening(m, name, service):
 def _mesh_kwargs(kind):
     if kind == "unix":
         return {}
-    from host_tools import mp32
+    from host_tools.procmesh import mp32
     binary = mp32.binary("frozen")      # built (or brought up to date) when needed
     return {"micropython": binary, "heapsize": "110K", "profile": "ESP32_GENERIC"}
 
