@@ -3,7 +3,9 @@ emulated ESP-NOW medium (host_tools/espnowemu), through `ProcessMesh`.
 
 1. A line of 6 and a grid of 9 with 5 % of the frames and acks lost and no
    MAC retries (every loss reaches the firmware): the tree and the snake
-   converge, and >= 99 % of pings between far-apart pairs arrive.
+   converge, and >= 99 % of pings between far-apart pairs arrive; on the
+   line, a 4 KB datagram sent with ack from n1 arrives at n6 byte-identical,
+   once.
 2. A mixed mesh (Wi-Fi/TCP + BLE + ESP-NOW, each edge one type) routes end
    to end across all three, and `peers` names each link type.
 3. A neighbour out of range for 30 s: its link goes down within the
@@ -12,7 +14,10 @@ emulated ESP-NOW medium (host_tools/espnowemu), through `ProcessMesh`.
    from 60 MACs, OPENs from 30 MACs against a full link table: counted,
    no crash, and the legitimate links keep carrying pings.
 """
+import hashlib
+import json
 import os
+import subprocess
 import sys
 import time
 
@@ -21,6 +26,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from blemu_harness import MICROPYTHON  # noqa: E402
 
+from host_tools.meshclient import MeshClient  # noqa: E402
 from host_tools.procmesh.mesh import ProcessMesh  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not os.path.exists(MICROPYTHON), reason="micropython binary missing")
@@ -54,34 +60,89 @@ def delivery(m, pairs, count):
     return sent, got
 
 
+def cli(*args, timeout=90):
+    r = subprocess.run([sys.executable, "-m", "host_tools.cli"] + [str(a) for a in args],
+                       capture_output=True, text=True, timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
 def espnow_stats(m, name):
     return m.request(name, "stats")["espnow"]
 
 
-@pytest.mark.parametrize("shape", ["line6", "grid9"])
-def test_espnow_only_mesh_with_loss_converges_and_delivers(shape, tmp_path):
-    if shape == "line6":
-        t = topo(tmp_path, "n1 n2 n3 n4 n5 n6 @espnow\n")
-        pairs = [("n1", "n6"), ("n6", "n1"), ("n2", "n5"), ("n3", "n6"), ("n4", "n1")]
-    else:
-        t = topo(tmp_path, grid9())
-        pairs = [("g00", "g22"), ("g22", "g00"), ("g02", "g20"), ("g20", "g02"), ("g11", "g00")]
-    with ProcessMesh(t, str(tmp_path / "out"), espnow_loss=0.05, espnow_retries=0, seed=7) as m:
-        res = m.wait_converged(timeout=120)
-        assert res is not None, "no convergence: %r" % (m.agreement,)
-        sent, got = delivery(m, pairs, 20)
-        print("\n%s: converged in %s s; %d of %d pings arrived" % (shape, res, got, sent))
-        assert sent == 100 and got >= 99
-        # the loss was real and the firmware recovered from it
-        tot = {"retransmits": 0, "resumes": 0, "rx_dropped": 0}
-        for n in m.names:
-            c = espnow_stats(m, n)["counters"]
-            for k in tot:
-                tot[k] += c[k]
-        print("recovery counters:", tot)
-        assert tot["retransmits"] + tot["resumes"] > 0
-        peers = m.request(pairs[0][0], "peers")["peers"]
-        assert peers and all(p["link"] == "espnow" for p in peers)
+SHAPES = {
+    "line6": ("n1 n2 n3 n4 n5 n6 @espnow\n",
+              [("n1", "n6"), ("n6", "n1"), ("n2", "n5"), ("n3", "n6"), ("n4", "n1")]),
+    "grid9": (grid9(),
+              [("g00", "g22"), ("g22", "g00"), ("g02", "g20"), ("g20", "g02"), ("g11", "g00")]),
+}
+
+
+@pytest.fixture(scope="module")
+def lossy(request, tmp_path_factory):
+    """An ESP-NOW-only mesh of `request.param`'s shape with 5 % of the frames
+    and acks lost and no MAC retries, converged (or not: `converged` is None).
+    Module scope: every test of the same shape shares one mesh, and pytest
+    runs them together, so one mesh is up at a time."""
+    shape = request.param
+    tmp = tmp_path_factory.mktemp(shape)
+    t = topo(tmp, SHAPES[shape][0])
+    with ProcessMesh(t, str(tmp / "out"), espnow_loss=0.05, espnow_retries=0, seed=7) as m:
+        m.shape = shape
+        m.pairs = SHAPES[shape][1]
+        m.converged = m.wait_converged(timeout=120)
+        yield m
+
+
+@pytest.mark.parametrize("lossy", ["line6", "grid9"], indirect=True)
+def test_espnow_only_mesh_with_loss_converges_and_delivers(lossy):
+    m = lossy
+    res, pairs = m.converged, m.pairs
+    assert res is not None, "no convergence: %r" % (m.agreement,)
+    sent, got = delivery(m, pairs, 20)
+    print("\n%s: converged in %s s; %d of %d pings arrived" % (m.shape, res, got, sent))
+    assert sent == 100 and got >= 99
+    # the loss was real and the firmware recovered from it
+    tot = {"retransmits": 0, "resumes": 0, "rx_dropped": 0}
+    for n in m.names:
+        c = espnow_stats(m, n)["counters"]
+        for k in tot:
+            tot[k] += c[k]
+    print("recovery counters:", tot)
+    assert tot["retransmits"] + tot["resumes"] > 0
+    peers = m.request(pairs[0][0], "peers")["peers"]
+    assert peers and all(p["link"] == "espnow" for p in peers)
+
+
+@pytest.mark.parametrize("lossy", ["line6"], indirect=True)
+def test_4k_datagram_crosses_the_lossy_espnow_line_once(lossy, tmp_path):
+    # UNIX profile: dgram_max 4096, so the largest datagram it carries goes
+    # end to end over 5 lossy ESP-NOW hops, sent as a user does
+    # (`snakemesh send --ack --file`) and read at n6 with the client library
+    # (its `listen` is answered before the send starts: no race)
+    m = lossy
+    assert m.converged is not None, "no convergence: %r" % (m.agreement,)
+    data = os.urandom(4096)
+    f = tmp_path / "blob"
+    f.write_bytes(data)
+    with MeshClient(m.nodes["n6"].pty_path) as rx:
+        rx.listen(13)
+        t0 = time.monotonic()
+        rc, out, err = cli("send", m.hexkey("n6"), "--file", f, "--service", 13, "--ack", "--json",
+                           "--port", m.nodes["n1"].pty_path)
+        took = time.monotonic() - t0
+        assert rc == 0, (rc, out, err)
+        r = json.loads(out)
+        assert r["state"] == "delivered" and r["len"] == 4096, r
+        got = list(rx.recv(13, count=2, timeout=3))     # a second one would be a duplicate
+    assert len(got) == 1, [len(d.data) for d in got]
+    d = got[0]
+    assert d.src == m.hexkey("n1") and d.service == 13
+    assert hashlib.sha256(d.data).hexdigest() == hashlib.sha256(data).hexdigest()
+    st = m.request("n1", "stats")["datagrams"]
+    assert m.request("n6", "stats")["datagrams"]["received"] == 1
+    print("\n4096 bytes n1 -> n6 delivered in %.1f s (rtt %s ms), %d retries, %d fragments sent"
+          % (took, r.get("rtt_ms"), st["retries"], st["fragments_sent"]))
 
 
 def test_mixed_mesh_routes_across_wifi_ble_and_espnow(tmp_path):
