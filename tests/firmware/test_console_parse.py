@@ -5,8 +5,8 @@ import asyncio
 import json
 
 from snake.runtime import console
-from snake.runtime.console import Console, ConsoleError, parse_request
-from snake.runtime.cmds import parse_key, parse_count, parse_interval
+from snake.runtime.console import Console
+from snake.runtime.cmds import ConsoleError, parse_request, parse_key, parse_count, parse_interval, COMMANDS
 from snake.crypto import Signer
 from snake.runtime.node import Node
 from snake.profile import Profile
@@ -169,7 +169,7 @@ def test_private_key_not_in_output():
     out = Out()
     c = Console(node(), out=out)
     c.boot()
-    for cmd in console.COMMANDS:
+    for cmd in COMMANDS:
         c.handle(cmd.encode())
     c.set_telemetry(None)
     text = bytes(out.data).lower()

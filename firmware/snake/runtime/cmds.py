@@ -12,14 +12,69 @@ import binascii
 import sys
 
 from snake import platform
-from snake.runtime.console import ConsoleError, COMMANDS
+from snake.platform import const
 
 # the record builders, held while this module is (and dropped with it)
 report = platform.cold("snake.report")
 
+COMMANDS = ("help", "version", "status", "peers", "tree", "snake", "routes", "stats",
+            "mem", "ping", "trace", "telemetry", "send", "put", "recv")
+_MAX_ID = const(16)
 PING_MAX = 100
 TELEMETRY_MIN_S = 0.1
 TELEMETRY_MAX_S = 86400
+
+
+class ConsoleError(Exception):
+    pass
+
+
+# _id_ok and the console's line reader walk bytes, not str: MicroPython
+# interns every 1-character str it makes (iterating or indexing a str), and
+# a qstr made after boot can need
+# a new qstr pool the fragmented heap cannot give (stream.py, "Nothing new
+# after boot"); a console fed odd characters would also grow the pool forever.
+def _id_ok(s):
+    if not s or len(s) > _MAX_ID:
+        return False
+    for c in s.encode():
+        if not (48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95 or c == 46 or c == 45):
+            return False
+    return True
+
+
+def parse_request(line):
+    """bytes -> (id or None, command, [args]); ConsoleError on garbage.
+
+    Returns None for an empty line. The error message never echoes more
+    than a short printable prefix of the input."""
+    try:
+        text = bytes(line).decode("utf-8")
+    except (UnicodeError, ValueError):
+        raise ConsoleError("line is not valid UTF-8")
+    parts = text.split()
+    if not parts:
+        return None
+    rid = None
+    if parts[0].startswith("#"):
+        rid = parts[0][1:]
+        if not _id_ok(rid):
+            raise ConsoleError("bad request id (1..16 of A-Z a-z 0-9 _ . -)")
+        parts = parts[1:]
+        if not parts:
+            raise ConsoleError("missing command after the id")
+    return rid, parts[0], parts[1:]
+
+
+def parse(c, line):
+    """A request line for Console c: (id, command, args), or None when
+    there is nothing to run (an empty line; garbage: answered here)."""
+    try:
+        return parse_request(line)
+    except ConsoleError as e:
+        c.bad_lines += 1
+        c.reply("", None, error=str(e))
+        return None
 
 
 def parse_key(s):

@@ -45,8 +45,8 @@
 # The private key is never printed.
 #
 # This module is the console's hot half: the line reader, the output and the
-# probe/telemetry tasks. The commands themselves (snake/runtime/cmds.py) are loaded
-# per request and dropped after it on MicroPython, so the running node's heap
+# probe/telemetry tasks. Parsing a request and the commands themselves
+# (snake/runtime/cmds.py) are loaded per request and dropped after it on MicroPython, so the running node's heap
 # does not hold their code; status/stats/mem/telemetry figures of the heap are
 # taken before they are loaded (the node's steady state).
 import asyncio
@@ -63,53 +63,9 @@ _OOM = b'@sm {"re": "%s", %s"ok": false, "error": "out of memory"}\n'
 _OOM_LINE = _OOM % (b"", b"")
 _UNSERIALISABLE = b'@sm {"re": "", "ok": false, "error": "unserialisable reply"}\n'
 MAX_LINE = 256
-_MAX_ID = const(16)
 SCHEMA_VERSION = 1
-COMMANDS = ("help", "version", "status", "peers", "tree", "snake", "routes", "stats",
-            "mem", "ping", "trace", "telemetry", "send", "put", "recv")
 _WRITE_WAIT_MS = const(100)        # a full output that takes nothing this long cuts the line
 _EAGAIN = (11, 35)         # EAGAIN on Linux, on macOS/BSD
-
-
-class ConsoleError(Exception):
-    pass
-
-
-# Both loops walk bytes, not str: MicroPython interns every 1-character str
-# it makes (iterating or indexing a str), and a qstr made after boot can need
-# a new qstr pool the fragmented heap cannot give (stream.py, "Nothing new
-# after boot"); a console fed odd characters would also grow the pool forever.
-def _id_ok(s):
-    if not s or len(s) > _MAX_ID:
-        return False
-    for c in s.encode():
-        if not (48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95 or c == 46 or c == 45):
-            return False
-    return True
-
-
-def parse_request(line):
-    """bytes -> (id or None, command, [args]); ConsoleError on garbage.
-
-    Returns None for an empty line. The error message never echoes more
-    than a short printable prefix of the input."""
-    try:
-        text = bytes(line).decode("utf-8")
-    except (UnicodeError, ValueError):
-        raise ConsoleError("line is not valid UTF-8")
-    parts = text.split()
-    if not parts:
-        return None
-    rid = None
-    if parts[0].startswith("#"):
-        rid = parts[0][1:]
-        if not _id_ok(rid):
-            raise ConsoleError("bad request id (1..16 of A-Z a-z 0-9 _ . -)")
-        parts = parts[1:]
-        if not parts:
-            raise ConsoleError("missing command after the id")
-    return rid, parts[0], parts[1:]
-
 
 
 class Console:
@@ -289,59 +245,55 @@ class Console:
                 n = 0
 
     def handle(self, buf, n=None):
-        """One request line (bytes); replies (now or, for ping/trace, later)."""
+        """One request line (bytes); replies (now or, for ping/trace, later).
+        Parsing it and the commands are snake/runtime/cmds.py's, loaded for
+        the request; the data is sent once that code has left the heap."""
         if n is None:
             n = len(buf)
         self.requests += 1
+        line = buf[0:n]
+        self._measure(line)
+        req = None
         try:
-            req = parse_request(buf[0:n])
-        except ConsoleError as e:
-            self.bad_lines += 1
-            self.reply("", None, error=str(e))
-            return
-        if req is None:
-            return
-        rid, cmd, args = req
-        try:
-            # errors (unknown command, bad arguments) are answered by the
-            # command code itself; the data is sent once it has left the heap
-            data = self.dispatch(cmd, args, rid)
+            m = platform.cold("snake.runtime.cmds")
+            try:
+                req = m.parse(self, line)      # (id, command, args); None: nothing to do
+                if req is None:
+                    return
+                data = m.dispatch(self, req[1], req[2], req[0])
+            finally:
+                m = None
             if data is not None:
-                self.reply(cmd, rid, data)
+                self.reply(req[1], req[0], data)
         except MemoryError:
-            self.oom_reply(cmd, rid)
+            if req is None:
+                self.oom += 1
+                self.write(_OOM_LINE)
+            else:
+                self.oom_reply(req[1], req[0])
         except Exception as e:   # (the command code would not load): the node goes on
-            self.reply(cmd, rid, error="internal error: %s" % type(e).__name__)
-
-    # ---- commands (snake/runtime/cmds.py, loaded per request) ----------------------
-    def dispatch(self, cmd, args, rid):
-        """The reply's data for one command, None when there is none to send
-        now (snake/runtime/cmds.py dispatch: later, or an error reply made there)."""
-        self._measure(cmd)
-        m = platform.cold("snake.runtime.cmds")
-        try:
-            return m.dispatch(self, cmd, args, rid)
-        finally:
-            m = None
+            self.reply("" if req is None else req[1], None if req is None else req[0],
+                       error="internal error: %s" % type(e).__name__)
 
     def records(self):
         """The periodic telemetry records: state, counters, peers."""
-        self._measure("stats")
+        self._measure(b"stats")
         m = platform.cold("snake.runtime.cmds")
         try:
             return m.records(self)
         finally:
             m = None
 
-    def _measure(self, cmd):
+    def _measure(self, line):
         # heap figures for status/stats/mem/telemetry, taken before the
-        # command code is loaded: the node's heap at steady state
+        # command code is loaded (the node's heap at steady state), so
+        # before the line is parsed: for any line naming one of them
         self.heap = None
-        if platform.MICROPYTHON and (cmd == "status" or cmd == "stats" or cmd == "mem"):
+        if platform.MICROPYTHON and (b"stat" in line or b"mem" in line):
             import gc
             gc.collect()
             free = gc.mem_free()
-            self.heap = (gc.mem_alloc(), free, platform.largest_free() if cmd == "mem" else None)
+            self.heap = (gc.mem_alloc(), free, platform.largest_free() if b"mem" in line else None)
 
     async def _probe_task(self, cmd, rid, coro):
         # coro: a ping/trace of node.probes made with reply=(self, rid): it
