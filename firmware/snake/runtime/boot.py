@@ -170,13 +170,15 @@ def _drop_constructors():
                 cls.__init__ = None
     for mod, name, methods in _BOOT_ONLY:
         cls = getattr(sys.modules.get(mod), name, None)
-        for meth in methods:
-            setattr(cls, meth, None)
+        if cls is not None:         # (a node without Wi-Fi may not load wifi.py)
+            for meth in methods:
+                setattr(cls, meth, None)
 
 
 # methods only the boot above calls (start() and its helpers)
 _BOOT_ONLY = (("snake.runtime.node", "Node", ("start", "_mark", "warn")),
-              ("snake.runtime.console", "Console", ("attach",)))
+              ("snake.runtime.console", "Console", ("attach",)),
+              ("snake.runtime.wifi", "Wifi", ("acceptor",)))
 
 
 # ---- Wi-Fi bring-up (snake/runtime/wifi.py runs what this starts) ----------------

@@ -782,14 +782,6 @@ class Node:
             self.flusher = asyncio.create_task(self._flush())
         return self.ticker
 
-    def close_all(self):
-        p = 1
-        while p < len(self.links):
-            if self.links[p] is not None:
-                self._disconnect(p, "shutdown")
-                self.router.port_down(p, ticks_ms())
-            p += 1
-
 
 def _short(key):
     import binascii
