@@ -157,7 +157,7 @@ _BUILT_ONCE = (("snake.runtime.node", ("Node", "BufPool", "SendQueues")),
                ("snake.runtime.probe", ("Prober",)),
                ("snake.platform", ("Meter",)),
                ("snake.runtime.wifi", ("Wifi",)),
-               ("snake.runtime.ble", ("BleManager",)),
+               ("snake.runtime.ble", ("BleManager", "Ring", "Slot")),
                ("snake.runtime.espnow_port", ("EspNowManager",)))
 
 
@@ -168,6 +168,10 @@ def _drop_constructors():
             cls = getattr(m, name, None)
             if cls is not None and "__init__" in cls.__dict__:
                 cls.__init__ = None
+    for mod, names in _BOOT_ONLY_FUNCTIONS:
+        m = sys.modules.get(mod)
+        for name in names:
+            setattr(m, name, None)
     for mod, name, methods in _BOOT_ONLY:
         cls = getattr(sys.modules.get(mod), name, None)
         if cls is not None:         # (a node without Wi-Fi may not load wifi.py)
@@ -179,6 +183,11 @@ def _drop_constructors():
 _BOOT_ONLY = (("snake.runtime.node", "Node", ("start", "_mark", "warn")),
               ("snake.runtime.console", "Console", ("attach",)),
               ("snake.runtime.wifi", "Wifi", ("acceptor",)))
+# module functions only the boot calls: the node's handshake is encoded
+# once (Node), the optional modules are looked for once (crypto backend,
+# network, bluetooth)
+_BOOT_ONLY_FUNCTIONS = (("snake.wire", ("encode_handshake", "handshake_signed")),
+                        ("snake.platform", ("try_import",)))
 
 
 # ---- Wi-Fi bring-up (snake/runtime/wifi.py runs what this starts) ----------------

@@ -824,6 +824,7 @@ async def _run(boot, args):
     boot = args = None
     if meter is not None:
         meter.mark("code")      # the boot code left the heap again (mark collects first): net of it
+        platform.Meter.mark = None      # the last mark: its code leaves the heap too
     await console.run()
     # stdin closed: keep routing (a board without a host, a detached node)
     while True:
