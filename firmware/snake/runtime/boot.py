@@ -184,10 +184,8 @@ _BOOT_ONLY = (("snake.runtime.node", "Node", ("start", "_mark", "warn")),
               ("snake.runtime.console", "Console", ("attach",)),
               ("snake.runtime.wifi", "Wifi", ("acceptor",)))
 # module functions only the boot calls: the node's handshake is encoded
-# once (Node), the optional modules are looked for once (crypto backend,
-# network, bluetooth)
-_BOOT_ONLY_FUNCTIONS = (("snake.wire", ("encode_handshake", "handshake_signed")),
-                        ("snake.platform", ("try_import",)))
+# once (Node)
+_BOOT_ONLY_FUNCTIONS = (("snake.wire", ("encode_handshake", "handshake_signed")),)
 
 
 # ---- Wi-Fi bring-up (snake/runtime/wifi.py runs what this starts) ----------------
