@@ -91,7 +91,7 @@ def test_every_command_answers_json(node):
     for k in ("rx", "tx", "tx_bytes", "tx_link", "tx_bytes_link", "drops", "verify_done",
               "verify_skipped", "verify_cached", "evictions", "occupancy", "mem_free"):
         assert k in s, k
-    assert set(s["tx_link"]) == set(s["tx_bytes_link"]) == {"local", "wifi", "bonjour", "remote", "ble"}
+    assert set(s["tx_link"]) == set(s["tx_bytes_link"]) == {"local", "wifi", "bonjour", "remote", "ble", "espnow"}
     assert s["occupancy"]["peers"][1] >= 1
     v = replies["version"]
     assert v["board"] == "UNIX" and v["platform"].startswith("micropython") and v["version"]
