@@ -82,12 +82,14 @@ def test_standalone_cluster_gives_the_local_summary(sim_run):
         assert [a["name"] for a in apps] == ["snakemesh-analyze"], apps
         # spark-submit, the package shipped as --py-files (a wheel is a zip of it)
         pkg = d / "snakemesh-pkg.zip"
+        # (host_tools and the firmware's snake package, as pyproject.toml packs them)
         with zipfile.ZipFile(str(pkg), "w") as z:
-            for base, _dirs, files in os.walk(os.path.join(ROOT, "host_tools")):
-                for f in files:
-                    if f.endswith(".py") or f.endswith(".txt"):
-                        p = os.path.join(base, f)
-                        z.write(p, os.path.relpath(p, ROOT))
+            for top, under in (("host_tools", ROOT), ("snake", os.path.join(ROOT, "firmware"))):
+                for base, _dirs, files in os.walk(os.path.join(under, top)):
+                    for f in files:
+                        if f.endswith(".py") or f.endswith(".txt"):
+                            p = os.path.join(base, f)
+                            z.write(p, os.path.relpath(p, under))
         main = os.path.join(ROOT, "host_tools", "pipeline", "__main__.py")
         submit = os.path.join(spark_home(), "bin", "spark-submit")
         env = dict(c.env)
