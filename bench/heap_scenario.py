@@ -103,6 +103,8 @@ class Filler(object):
         # flight: run(datagrams=True)), or None
         self.extra = None
         self.connected = 0
+        self.redialled = 0        # scripted peers dialled again after the node closed them
+        self.redial_failed = 0
         # (the third seed byte is 0 below 256 keys, so smaller profiles
         # see the keys they always saw)
         self.synth = [[Signer(bytes([0x80 + i, j & 0xFF, j >> 8]) + bytes(29))
@@ -119,6 +121,17 @@ class Filler(object):
             asyncio.run(self._run())
         except Exception as e:   # reported by the test
             self.error = e
+
+    async def _redial(self, i, j):
+        p = FakePeer(bytes([0x70 + i, 0x10 + j]) + bytes(30), "127.0.0.1", self.targets[i][0])
+        try:
+            await p.connect()
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+            self.redial_failed += 1
+            return None
+        p.start()
+        self.redialled += 1
+        return p
 
     async def _run(self):
         peers = []
@@ -143,9 +156,16 @@ class Filler(object):
                 wake = 4
             elif wake:
                 wake -= 1
-            for i, j, p in peers:
+            for k, (i, j, p) in enumerate(peers):
                 if p.closed:
-                    continue
+                    # a node may close a scripted peer (a frame trickled out
+                    # too slowly on a loaded machine counts as a stall, and
+                    # every scripted peer shares one source address): dial
+                    # again, at most once a round, so the peers table fills
+                    p = await self._redial(i, j)
+                    if p is None:
+                        continue
+                    peers[k] = (i, j, p)
                 await p.keepalive()
                 keys = self.synth[i][j::self.fakes]
                 for s in keys:
