@@ -74,7 +74,7 @@ BOARDS = {
 HEAP_NEED = {
     # tables of a ~250-board mesh (160 routes + 32 hints, depth 30)
     "ESP32_GENERIC": {"mpy": 148000, "frozen": 75000},
-    "ESP32_GENERIC_S3": {"mpy": 141000, "frozen": 66000},
+    "ESP32_GENERIC_S3": {"mpy": 141000, "frozen": 63000},
     # Wi-Fi only by default, tables of a ~250-board mesh
     "ESP32_GENERIC_C3": {"mpy": 132000, "frozen": 65000},
     # PSRAM (megabytes of heap): tables of a ~1,000-board mesh (1024 routes,
