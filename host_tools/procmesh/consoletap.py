@@ -32,6 +32,23 @@ MAX_LINE = 65536
 PARTIAL_FLUSH_S = 0.2
 
 
+
+def listen_console(port):
+    """A loopback socket listening for one console client on `port` (0: any
+    free port); a port that cannot be had is one DeviceError line."""
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        ls.bind(("127.0.0.1", port))
+    except OSError as e:
+        ls.close()
+        why = {errno.EADDRINUSE: "address already in use (another program or node listens there)",
+               errno.EACCES: "permission denied (ports below 1024 need root)"}.get(e.errno)
+        raise DeviceError("cannot listen on 127.0.0.1:%d (console port): %s"
+                          % (port, why or e.strerror or e))
+    ls.listen(1)
+    return ls
+
 class ConsoleTap(object):
     def __init__(self, node, on_line=None, console_port=None):
         self.node = node                  # a started NodeProcess (owns the node's pty: node.slave)
@@ -60,19 +77,8 @@ class ConsoleTap(object):
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
     def _listen(self, port):
-        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            ls.bind(("127.0.0.1", port))
-        except OSError as e:
-            ls.close()
-            why = {errno.EADDRINUSE: "address already in use (another program or node listens there)",
-                   errno.EACCES: "permission denied (ports below 1024 need root)"}.get(e.errno)
-            raise DeviceError("cannot listen on 127.0.0.1:%d (console port): %s"
-                              % (port, why or e.strerror or e))
-        ls.listen(1)
-        self.lsock = ls
-        self.console_url = "socket://127.0.0.1:%d" % ls.getsockname()[1]
+        self.lsock = listen_console(port)
+        self.console_url = "socket://127.0.0.1:%d" % self.lsock.getsockname()[1]
 
     def start(self):
         self.thread.start()

@@ -38,6 +38,7 @@ import tty
 
 from host_tools import FIRMWARE_DIR, LIB_DIR, BOARDS_DIR, keystore
 from host_tools.errors import CliError, DeviceError, InputError
+from host_tools.procmesh.consoletap import listen_console
 
 PREFIX = b"@sm "
 BOOT_TIMEOUT = 15.0
@@ -467,18 +468,7 @@ class NodeProcess(object):
 
     # -- socket console relay ---------------------------------------------------
     def _start_relay(self, port):
-        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            ls.bind(("127.0.0.1", port))
-        except OSError as e:
-            ls.close()
-            import errno
-            why = {errno.EADDRINUSE: "address already in use (another program or node listens there)",
-                   errno.EACCES: "permission denied (ports below 1024 need root)"}.get(e.errno)
-            raise DeviceError("cannot listen on 127.0.0.1:%d (console port): %s"
-                              % (port, why or e.strerror or e))
-        ls.listen(1)
+        ls = listen_console(port)
         self._lsock = ls
         self.console_url = "socket://127.0.0.1:%d" % ls.getsockname()[1]
         self._relay = threading.Thread(target=self._relay_loop, daemon=True)
