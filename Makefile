@@ -14,7 +14,7 @@ BENCH_ARGS ?=
 # is there, waits for another apt's lock): $(APT_INSTALL) "why" package...
 APT_INSTALL := $(CURDIR)/scripts/apt-install
 
-.PHONY: all setup test check demo bench bench-full soak firmware-image mpy clean help mp32 mp32-frozen mp32-stock mp32-deps chromium
+.PHONY: all setup test check demo bench bench-full soak firmware-image mpy clean help mp32 mp32-frozen mp32-stock mp32-deps chromium mosquitto
 
 all: help
 
@@ -40,7 +40,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-test: $(STAMP) mp32 chromium
+test: $(STAMP) mp32 chromium mosquitto
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The fast tier: what runs without node processes, a JVM, a browser or a long
@@ -52,6 +52,12 @@ check: $(STAMP)
 chromium:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	  $(APT_INSTALL) "the headless browser for the report's screenshot test" chromium
+
+# The MQTT broker the gateway tests start on a loopback port with a config
+# file of their own (tests/host/test_gateway_mqtt.py), never as a service
+mosquitto:
+	@command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto || \
+	  $(APT_INSTALL) "the MQTT broker for the gateway's bridge tests" mosquitto
 
 demo: $(STAMP)
 	$(VENV)/bin/snakemesh demo --out demo-out

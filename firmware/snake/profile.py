@@ -47,6 +47,9 @@ DEFAULTS = {
     "dgram_acks": 8,          # acks owed, waiting for flush
     "dgram_dedup": 32,        # delivered datagrams remembered (a retry is not delivered twice)
     "dgram_frag": 0,          # fragment payload bytes (0: 880, less if frame_max holds less)
+    # telemetry over the mesh to a gateway (snake/runtime/telesink.py)
+    "telemetry_s": 60,        # seconds between sends to the sink (0: none)
+    "telemetry_bytes": 1024,  # most bytes one period sends (the rest waits for the next)
 }
 
 VERIFY_POLICIES = ("all", "on-change", "off")
@@ -152,6 +155,10 @@ class Profile:
                 or self.dgram_max > DGRAM_MAX_FRAGS * fr):
             raise ProfileError("profile dgram_max must be within 1..65535 and at most %d fragments"
                                " (%d bytes)" % (DGRAM_MAX_FRAGS, DGRAM_MAX_FRAGS * fr))
+        if not isinstance(self.telemetry_s, (int, float)) or not 0 <= self.telemetry_s <= 86400:
+            raise ProfileError("profile telemetry_s must be within 0..86400 seconds (0: none)")
+        if not isinstance(self.telemetry_bytes, int) or not 64 <= self.telemetry_bytes <= 65535:
+            raise ProfileError("profile telemetry_bytes must be within 64..65535")
         if self.bootstrap_verify not in VERIFY_POLICIES:
             raise ProfileError("profile bootstrap_verify must be one of all, on-change, off")
         # A tree announcement's size follows from its depth, not frame_max:

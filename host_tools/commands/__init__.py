@@ -11,6 +11,7 @@ COMMAND_MODULES = [
     "inspect",    # status, peers, tree, snake, routes, stats, ping, trace, monitor, console
     "datagram",   # snakemesh send, recv
     "node",       # snakemesh node (unix-port firmware node)
+    "gateway",    # snakemesh gateway (telemetry over the mesh to files and MQTT)
     "sim",        # snakemesh sim (virtual-time simulator)
     "mesh",       # snakemesh mesh (process mesh)
     "plan",       # snakemesh plan (capacity planner)

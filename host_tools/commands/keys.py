@@ -62,6 +62,9 @@ def register(subparsers):
                         "the board would become the tree's root")
     p.add_argument("--no-reset", action="store_true",
                    help="do not reset the board afterwards (mpremote stops the running firmware)")
+    p.add_argument("--sink", metavar="KEY|auto|off",
+                   help="also set the board's telemetry sink in /config.json: a gateway's key "
+                        "(docs/guides/GATEWAY.md)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TOOL_TIMEOUT,
                    help="seconds each mpremote step may take (default %(default)s)")
     boards.add_verbose(p)
@@ -105,6 +108,14 @@ def script_check(root=""):
             % (root, DEVICE_KEY))
 
 
+def script_sink(sink, root=""):
+    """Set "sink" in the board's /config.json (kept otherwise; made when absent)."""
+    return ("import json\nP=%r+'/config.json'\n"
+            "try:\n f=open(P)\n c=json.load(f)\n f.close()\nexcept (OSError, ValueError):\n c={}\n"
+            "c['sink']=%r\nf=open(P,'w')\njson.dump(c,f)\nf.close()\nprint('SMSINK', c['sink'])\n"
+            % (root, sink))
+
+
 def run_keygen(args):
     root = False
     if args.profile is not None:
@@ -139,6 +150,10 @@ def _device_key_exists(mp):
 def run_provision(args):
     seed = None
     pub = None
+    sink_step = []
+    if getattr(args, "sink", None) is not None:
+        from host_tools.commands.node import check_sink
+        sink_step = [["exec", script_sink(check_sink(args.sink))]]
     if args.key_file:
         seed = keystore.load_seed(args.key_file)
         pubkey = keystore.public_key(seed)
@@ -153,7 +168,8 @@ def run_provision(args):
     # (in the same mpremote session) so the node starts again, with its key.
     reset = [] if args.no_reset else [["reset"]]
     if seed is None:
-        result = mp.run([["exec", script_generate(args.force)]] + reset, "generating a key on the board")
+        result = mp.run([["exec", script_generate(args.force)]] + sink_step + reset,
+                        "generating a key on the board")
         status = parse_marker(result.stdout, "SMKEY")
         if status == "exists":
             raise _refuse(args.port)
@@ -175,7 +191,7 @@ def run_provision(args):
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(seed)
-        result = mp.run([["fs", "cp", "-f", tmp, ":" + DEVICE_KEY], ["exec", script_check()]] + reset,
+        result = mp.run([["fs", "cp", "-f", tmp, ":" + DEVICE_KEY], ["exec", script_check()]] + sink_step + reset,
                         "storing the key")
     finally:
         os.unlink(tmp)

@@ -107,6 +107,16 @@ def key_policy_warning(profile, pubkey):
     return None
 
 
+def check_sink(s):
+    """--sink's value (a key, auto, off) as the node takes it, or UsageError."""
+    s = s.strip().lower()
+    if s in ("auto", "off"):
+        return s
+    if len(s) != 64 or any(ch not in "0123456789abcdef" for ch in s):
+        raise UsageError("--sink: expected a gateway's key (64 hex digits), auto or off, got %r" % s[:80])
+    return s
+
+
 def register(subparsers):
     p = subparsers.add_parser(
         "node", help="run a firmware node on the MicroPython unix port (join a mesh from this machine)",
@@ -139,6 +149,11 @@ def register(subparsers):
                         "docs/guides/DATAGRAMS.md)")
     p.add_argument("--config", metavar="FILE",
                    help="a node config.json (app_config for --app, listen, peers; as on a board)")
+    p.add_argument("--sink", metavar="KEY|auto|off",
+                   help="where this node's telemetry goes over the mesh: a gateway's key (64 hex digits); "
+                        "auto (default): the tree root when it holds a gateway key; off: nowhere")
+    p.add_argument("--telemetry", type=float, metavar="S",
+                   help="seconds between telemetry sends to the sink (default: the profile's telemetry_s)")
     p.add_argument("--names", metavar="FILE|DIR",
                    help="show peers by name (a mesh/demo/sim output folder, nodes.json, NAME KEY lines)")
     p.add_argument("-q", "--quiet", action="store_true",
@@ -172,6 +187,12 @@ def run(args):
                 raise InputError("no such app file: %s" % app)
             app = os.path.abspath(app)
         extra += ["--app", app]
+    if args.sink is not None:
+        extra += ["--sink", check_sink(args.sink)]
+    if args.telemetry is not None:
+        if not 0 <= args.telemetry <= 86400:
+            raise UsageError("--telemetry must be within 0..86400 seconds (0: none)")
+        extra += ["--telemetry", "%g" % args.telemetry]
     if args.config:
         if not os.path.isfile(args.config):
             raise InputError("no such config file: %s" % args.config)

@@ -126,6 +126,9 @@ async def start(args):
             start_espnow(node, cfg)
             node._mark("espnow")
         node._mark("console")
+        ts = cfg.telemetry_s if cfg.telemetry_s is not None else profile.telemetry_s
+        if ts and cfg.sink != "off":
+            node.telesink = asyncio.create_task(node.telemetry_to_sink(cfg.sink, int(ts * 1000)))
         if cfg.app:
             from snake.runtime import app
             asyncio.create_task(app.run_app(node, cfg.app, cfg.app_config))
@@ -393,7 +396,8 @@ class Settings:
 
 
 SETTINGS = ("key_error", "listen", "connect", "multicast", "ble_medium", "ssid", "password",
-            "hs_timeout_ms", "espnow_medium", "espnow_channel", "espnow_lr", "app", "app_config")
+            "hs_timeout_ms", "espnow_medium", "espnow_channel", "espnow_lr", "app", "app_config",
+            "sink", "telemetry_s")
 
 
 def _settings(cfg):

@@ -406,6 +406,14 @@ def counters_fields(c):
         for k in a:
             dd[k] = a[k]
     d["datagrams"] = dd
+    t = c.node.tele
+    tt = None
+    if t is not None:
+        tt = {}
+        for k in t:
+            if k != "hashes" and k != "n":
+                tt[k] = t[k]
+    d["telemetry"] = tt
     return d
 
 

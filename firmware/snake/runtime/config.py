@@ -18,6 +18,11 @@
 #       "app": "MODULE"              an application to run beside the node:
 #                                    its main(mesh, conf) (snake/runtime/app.py)
 #       "app_config": {...}          the conf it gets
+#       "sink": "KEY"|"auto"|"off"   where telemetry goes over the mesh (a
+#                                    gateway's key; auto, the default: the
+#                                    tree root when it holds a gateway key)
+#       "telemetry_s": 60            seconds between telemetry sends (the
+#                                    profile's telemetry_s otherwise; 0: none)
 # On the unix port / CPython (argv, then SNAKEMESH_* environment):
 #   --key-file PATH        seed file (raw 32 bytes or 64 hex digits)
 #   --seed HEX             seed on the command line (visible in `ps`: prefer
@@ -32,6 +37,8 @@
 #   --espnow-medium ADDR   emulated ESP-NOW medium address
 #   --handshake-timeout S  handshake deadline in seconds (default 10)
 #   --app MODULE|FILE.py   an application to run beside the node (as "app")
+#   --sink KEY|auto|off    telemetry sink (as "sink")
+#   --telemetry S          seconds between telemetry sends (as "telemetry_s")
 #   SNAKEMESH_SEED (hex seed), SNAKEMESH_KEY_FILE, SNAKEMESH_PROFILE,
 #   SNAKEMESH_HANDSHAKE_TIMEOUT work like the options.
 # The seed is never printed; errors name the file, never its content.
@@ -115,6 +122,31 @@ class Config:
         self.hs_timeout_ms = 10000
         self.app = None             # application module (snake/runtime/app.py run_app)
         self.app_config = None
+        self.sink = None            # 32-byte key, "auto" (None) or "off"
+        self.telemetry_s = None     # None: the profile's
+
+    def set_sink(self, v, source):
+        if v == "auto":
+            self.sink = None
+        elif v == "off":
+            self.sink = "off"
+        else:
+            try:
+                k = binascii.unhexlify(v) if isinstance(v, str) and len(v) == 64 else None
+            except (ValueError, TypeError):
+                k = None
+            if k is None:
+                raise ConfigError(source + ": sink must be a key (64 hex digits), auto or off")
+            self.sink = k
+
+    def set_telemetry(self, v, source):
+        try:
+            s = float(v)
+        except (TypeError, ValueError):
+            s = -1
+        if not 0 <= s <= 86400:
+            raise ConfigError(source + ": telemetry_s must be within 0..86400 seconds (0: none)")
+        self.telemetry_s = s
 
     def take_seed(self):
         s = self.seed
@@ -162,6 +194,10 @@ class Config:
                 if not isinstance(v, dict):
                     raise ConfigError(source + ": app_config must be an object")
                 self.app_config = v
+            elif k == "sink":
+                self.set_sink(v, source)
+            elif k == "telemetry_s":
+                self.set_telemetry(v, source)
             else:
                 raise ConfigError(source + ": unknown key " + k)
 
@@ -219,7 +255,7 @@ def default_profile(argv0=None):
 USAGE = ("usage: main.py [--key-file PATH | --seed HEX] [--profile PATH] [--config PATH] "
          "[--listen HOST:PORT] [--connect HOST:PORT ...] [--no-multicast] [--ble-medium ADDR] "
          "[--espnow-medium ADDR] "
-         "[--handshake-timeout S] [--app MODULE]")
+         "[--handshake-timeout S] [--app MODULE] [--sink KEY|auto|off] [--telemetry S]")
 
 
 def from_argv(argv, getenv=None, argv0=None):
@@ -271,6 +307,12 @@ def from_argv(argv, getenv=None, argv0=None):
             i += 1
         elif a == "--app":
             c.app = val(i)
+            i += 1
+        elif a == "--sink":
+            c.set_sink(val(i), "--sink")
+            i += 1
+        elif a == "--telemetry":
+            c.set_telemetry(val(i), "--telemetry")
             i += 1
         elif a == "--handshake-timeout":
             c.set_hs_timeout(val(i), "--handshake-timeout")

@@ -399,6 +399,8 @@ class Node:
         self.mesh_fail = None    # ticks of the last build that ran out of memory
         self.log_fn = None
         self.ticker = None
+        self.telesink = None     # the task sending telemetry to a sink (telemetry_to_sink)
+        self.tele = None         # what snake/runtime/telesink.py keeps between periods
         self.wifi = None         # snake.runtime.wifi.Wifi, when started
         self.ble = None          # snake.runtime.ble.BleManager, when started
         self.espnow = None       # snake.runtime.espnow_port.EspNowManager, when started
@@ -773,6 +775,19 @@ class Node:
             else:
                 sq.ev.clear()
                 await sq.ev.wait()
+
+    async def telemetry_to_sink(self, sink, period_ms):
+        # every period, the telemetry records go to the sink as datagrams;
+        # the code that builds and sends them is cold (snake/runtime/telesink.py)
+        while True:
+            await stream.sleep_ms(period_ms)
+            m = None
+            try:
+                m = platform.cold("snake.runtime.telesink")
+                m.period(self, sink)
+            except MemoryError:
+                self.oom()
+            m = None
 
     def start(self):
         """Start the tick and flusher tasks (the transports and console start their own)."""

@@ -1,0 +1,385 @@
+"""The gateway's parts (`snakemesh gateway`, host_tools/commands/gateway.py):
+telemetry arriving over the mesh as datagrams becomes the JSON-lines
+records `monitor` writes, in rotating files with a nodes.json of who was
+heard when; with a broker, an MQTT bridge (paho-mqtt).
+
+Telemetry datagrams (service telesink.SERVICE) are what
+firmware/snake/runtime/telesink.py sends: one record or a part of one
+(`"m":1`: more parts follow), whole or a delta (`"d":1`: only the fields
+that changed, merged here into the last record of that node and kind).
+docs/guides/GATEWAY.md describes both for users.
+"""
+import binascii
+import json
+import os
+import threading
+import time
+
+SERVICE = 30                 # firmware/snake/runtime/telesink.py SERVICE
+SCHEMA_VERSION = 1
+ROTATE_BYTES = 8 * 1024 * 1024
+FILE_PREFIX = "telemetry-"
+
+
+def _hex64(s):
+    if not isinstance(s, str) or len(s) != 64:
+        return False
+    try:
+        binascii.unhexlify(s)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
+class Capture(object):
+    """The records on disk: DIR/telemetry-NNNN.jsonl, a new file every
+    rotate_bytes; DIR/nodes.json {key: {first, last, records}}, rewritten
+    (atomically) at most every second and on close."""
+
+    def __init__(self, out_dir, rotate_bytes=ROTATE_BYTES):
+        self.dir = out_dir
+        os.makedirs(out_dir, exist_ok=True)
+        self.rotate_bytes = rotate_bytes
+        self.lock = threading.Lock()
+        self.nodes = {}
+        self.records = 0
+        self.index = 0
+        for name in os.listdir(out_dir):
+            if name.startswith(FILE_PREFIX) and name.endswith(".jsonl"):
+                try:
+                    self.index = max(self.index, int(name[len(FILE_PREFIX):-6]) + 1)
+                except ValueError:
+                    pass
+        self.f = None
+        self.size = 0
+        self.nodes_written = 0.0
+        self._open()
+
+    def _open(self):
+        if self.f is not None:
+            self.f.close()
+        self.path = os.path.join(self.dir, "%s%04d.jsonl" % (FILE_PREFIX, self.index))
+        self.index += 1
+        self.f = open(self.path, "a", encoding="utf-8")
+        self.size = 0
+
+    def write(self, rec):
+        line = json.dumps(rec, separators=(",", ":")) + "\n"
+        with self.lock:
+            if self.size and self.size + len(line) > self.rotate_bytes:
+                self._open()
+            self.f.write(line)
+            self.f.flush()
+            self.size += len(line)
+            self.records += 1
+            key = rec.get("node")
+            t = rec.get("t")
+            n = self.nodes.get(key)
+            if n is None:
+                n = self.nodes[key] = {"first": t, "last": t, "records": 0}
+            n["last"] = t
+            n["records"] += 1
+            if time.time() - self.nodes_written >= 1.0:
+                self._write_nodes()
+
+    def _write_nodes(self):
+        tmp = os.path.join(self.dir, "nodes.json.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self.nodes, f, indent=1, sort_keys=True)
+        os.replace(tmp, os.path.join(self.dir, "nodes.json"))
+        self.nodes_written = time.time()
+
+    def close(self):
+        with self.lock:
+            self._write_nodes()
+            if self.f is not None:
+                self.f.close()
+                self.f = None
+
+    def files(self):
+        return sorted(os.path.join(self.dir, n) for n in os.listdir(self.dir)
+                      if n.startswith(FILE_PREFIX) and n.endswith(".jsonl"))
+
+
+class Assembler(object):
+    """Telemetry datagrams -> whole records (deltas and parts merged)."""
+
+    def __init__(self):
+        self.last = {}       # (node, kind) -> fields of the last whole record
+        self.open = {}       # (node, kind) -> fields gathered from parts so far
+
+    def add(self, src, obj, now):
+        """One datagram's JSON object from node src (hex): the whole
+        record when this completes one, else None. ValueError: not a
+        telemetry object."""
+        if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str):
+            raise ValueError("not a telemetry object (no kind)")
+        kind = obj["kind"]
+        k = (src, kind)
+        cur = self.open.pop(k, None)
+        if cur is None:
+            cur = dict(self.last.get(k) or {}) if obj.get("d") else {}
+        for f, v in obj.items():
+            if f not in ("kind", "d", "m"):
+                cur[f] = v
+        if obj.get("m"):
+            self.open[k] = cur
+            return None
+        self.last[k] = cur
+        rec = {"v": SCHEMA_VERSION, "kind": kind, "t": round(now, 3)}
+        rec.update(cur)
+        rec["node"] = src
+        rec["host_t"] = round(now, 3)
+        rec["port"] = "gateway"
+        return rec
+
+
+class Bridge(object):
+    """The MQTT side (paho-mqtt): publish telemetry and uplink datagrams,
+    take downlink messages to `down(key_hex, service, payload)`. While the
+    broker is away nothing is published (the capture on disk has it all):
+    the messages are counted and said in one line when it is back."""
+
+    def __init__(self, host, port, say, down, client_id=None):
+        import paho.mqtt.client as mqtt
+        self.mqtt = mqtt
+        self.host, self.port = host, port
+        self.say = say
+        self.down = down
+        self.connected = False
+        self.ever = False
+        self.lock = threading.Lock()
+        self.published = 0
+        self.unpublished = 0          # since the broker went away
+        self.unpublished_total = 0
+        self.failures = 0             # connection attempts that failed
+        self._said_fail = False
+        c = mqtt.Client(callback_api_version=mqtt.CallbackAPIVersion.VERSION2,
+                        client_id=client_id or "snakemesh-gw-%d" % os.getpid())
+        c.on_connect = self._on_connect
+        c.on_disconnect = self._on_disconnect
+        c.on_connect_fail = self._on_connect_fail
+        c.on_message = self._on_message
+        c.reconnect_delay_set(1, 4)
+        self.c = c
+
+    def start(self):
+        try:
+            self.c.connect_async(self.host, self.port, keepalive=10)
+        except (OSError, ValueError) as e:
+            self.say("mqtt: cannot use broker %s:%d: %s" % (self.host, self.port, e))
+        self.c.loop_start()
+        return self
+
+    def stop(self):
+        try:
+            self.c.disconnect()
+        except Exception:
+            pass
+        self.c.loop_stop()
+
+    def _on_connect(self, client, userdata, flags, rc, props=None):
+        if rc.is_failure:
+            self._failed("refused: %s" % rc)
+            return
+        with self.lock:
+            self.connected = True
+            missed, self.unpublished = self.unpublished, 0
+        client.subscribe("snakemesh/down/+/+", qos=1)
+        if not self.ever:
+            self.say("mqtt: connected to %s:%d" % (self.host, self.port))
+        else:
+            self.say("mqtt: reconnected to %s:%d; %d message(s) could not be published while it was away "
+                     "(they are in the capture on disk)" % (self.host, self.port, missed))
+        self.ever = True
+        self._said_fail = False
+
+    def _on_disconnect(self, client, userdata, flags, rc, props=None):
+        with self.lock:
+            was = self.connected
+            self.connected = False
+        if was:
+            self.say("mqtt: lost the broker %s:%d (%s); reconnecting, capture continues"
+                     % (self.host, self.port, rc))
+
+    def _on_connect_fail(self, client, userdata):
+        self._failed("unreachable")
+
+    def _failed(self, why):
+        self.failures += 1
+        if not self._said_fail:
+            self._said_fail = True
+            self.say("mqtt: cannot reach broker %s:%d (%s); retrying, capture continues"
+                     % (self.host, self.port, why))
+
+    def publish(self, topic, payload):
+        with self.lock:
+            if not self.connected:
+                self.unpublished += 1
+                self.unpublished_total += 1
+                return False
+        info = self.c.publish(topic, payload, qos=1)
+        if info.rc != self.mqtt.MQTT_ERR_SUCCESS:
+            with self.lock:
+                self.unpublished += 1
+                self.unpublished_total += 1
+            return False
+        self.published += 1
+        return True
+
+    def _on_message(self, client, userdata, msg):
+        self.down(msg.topic, msg.payload)
+
+
+class Gateway(object):
+    """A running gateway around a node's console tap: `on_line` takes the
+    node's console lines (ConsoleTap), `request(cmd, timeout)` is the tap's."""
+
+    def __init__(self, capture, request, say, mqtt=None):
+        self.capture = capture
+        self.request = request
+        self.say = say
+        self.asm = Assembler()
+        self.bridge = None
+        self.counts = {"datagrams": 0, "telemetry": 0, "uplink": 0, "bad_telemetry": 0,
+                       "bad_downlink": 0, "downlink": 0, "downlink_delivered": 0,
+                       "downlink_failed": 0}
+        self.down_q = []
+        self.down_ev = threading.Event()
+        self.stop_ev = threading.Event()
+        self.worker = None
+        if mqtt is not None:
+            self.bridge = Bridge(mqtt[0], mqtt[1], say, self._downlink)
+
+    def start(self):
+        r = self.request("recv all", timeout=5.0)
+        if r is None or not r.get("ok", True):
+            raise RuntimeError("the node did not start passing datagrams: %r" % (r,))
+        self.worker = threading.Thread(target=self._down_loop, daemon=True)
+        self.worker.start()
+        if self.bridge is not None:
+            self.bridge.start()
+        return self
+
+    def stop(self):
+        self.stop_ev.set()
+        self.down_ev.set()
+        if self.bridge is not None:
+            self.bridge.stop()
+        self.capture.close()
+
+    def bad(self, what, line):
+        self.counts[what] += 1
+        self.say("%s (%d so far)" % (line, self.counts[what]))
+
+    # -- uplink -------------------------------------------------------------------
+    def on_line(self, line):
+        if not line.startswith(b"@sm {") or b'"datagram"' not in line:
+            return
+        try:
+            rec = json.loads(line[4:].decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            return
+        if rec.get("kind") != "datagram":
+            return
+        self.on_datagram(rec.get("src"), rec.get("service"), binascii.unhexlify(rec.get("data_hex") or ""))
+
+    def on_datagram(self, src, service, data, now=None):
+        now = time.time() if now is None else now
+        self.counts["datagrams"] += 1
+        if service != SERVICE:
+            self.counts["uplink"] += 1
+            if self.bridge is not None:
+                self.bridge.publish("snakemesh/up/%s/%d" % (src, service), data)
+            return
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            self.bad("bad_telemetry", "telemetry from %s dropped: not UTF-8 text" % src[:16])
+            return
+        try:
+            rec = self.asm.add(src, json.loads(text), now)
+        except ValueError as e:
+            self.bad("bad_telemetry", "telemetry from %s dropped: %s" % (src[:16], str(e).split(":")[0]))
+            return
+        if rec is None:
+            return
+        self.counts["telemetry"] += 1
+        self.capture.write(rec)
+        if self.bridge is not None:
+            self.bridge.publish("snakemesh/telemetry/%s" % src, json.dumps(rec, separators=(",", ":")))
+
+    # -- downlink -----------------------------------------------------------------
+    def _downlink(self, topic, payload):
+        parts = topic.split("/")
+        if len(parts) != 4 or parts[:2] != ["snakemesh", "down"]:
+            self.bad("bad_downlink", "downlink %r ignored: expected snakemesh/down/KEY/SERVICE" % topic)
+            return
+        key, svc = parts[2].lower(), parts[3]
+        if not _hex64(key):
+            self.bad("bad_downlink", "downlink %r ignored: the key is not 64 hex digits" % topic)
+            return
+        try:
+            service = int(svc)
+        except ValueError:
+            service = -1
+        if not 0 <= service <= 65535 or not svc.isdigit():
+            self.bad("bad_downlink", "downlink %r ignored: the service is not 0..65535" % topic)
+            return
+        self.down_q.append((key, service, bytes(payload)))
+        self.down_ev.set()
+
+    def _down_loop(self):
+        while not self.stop_ev.is_set():
+            self.down_ev.wait(0.5)
+            self.down_ev.clear()
+            while self.down_q and not self.stop_ev.is_set():
+                key, service, data = self.down_q.pop(0)
+                outcome = self.send(key, service, data)
+                if self.bridge is not None:
+                    self.bridge.publish("snakemesh/ack/%s/%d" % (key, service), outcome)
+
+    def send(self, key, service, data):
+        """One datagram with ack into the mesh: "delivered" or "failed: reason"."""
+        self.counts["downlink"] += 1
+        chunk = 256
+        if len(data) <= chunk:
+            arg = binascii.hexlify(data).decode() if data else ""
+        else:
+            off = 0
+            while off < len(data):
+                r = self.request("put %d %d %s" % (len(data), off, binascii.hexlify(data[off:off + chunk]).decode()),
+                                 timeout=5.0)
+                if r is None or r.get("ok") is False:
+                    err = (r or {}).get("error") or "no answer from the node"
+                    return self._failed(key, service, "too_big" if err.startswith("too_big") else err)
+                off += chunk
+            arg = "@"
+        r = self.request(("send %s %d 1 %s" % (key, service, arg)).rstrip(), timeout=40.0)
+        if r is None:
+            return self._failed(key, service, "no answer from the node")
+        if r.get("ok") is False:
+            return self._failed(key, service, r.get("error") or "refused")
+        if r.get("state") == "delivered":
+            self.counts["downlink_delivered"] += 1
+            return "delivered"
+        return self._failed(key, service, r.get("reason") or r.get("state") or "unknown")
+
+    def _failed(self, key, service, reason):
+        self.counts["downlink_failed"] += 1
+        self.say("downlink to %s service %d failed: %s" % (key[:16], service, reason))
+        return "failed: %s" % reason
+
+    def progress(self, now=None):
+        now = time.time() if now is None else now
+        nodes = self.capture.nodes
+        line = "nodes %d, records %d" % (len(nodes), self.capture.records)
+        if nodes:
+            key, n = max(nodes.items(), key=lambda kv: kv[1]["last"] or 0)
+            line += ", last %s %.0f s ago" % (key[:16], now - (n["last"] or now))
+            oldest_key, o = min(nodes.items(), key=lambda kv: kv[1]["last"] or 0)
+            line += ", quietest %s %.0f s ago" % (oldest_key[:16], now - (o["last"] or now))
+        if self.bridge is not None:
+            line += ", mqtt %s (%d published, %d not)" % (
+                "up" if self.bridge.connected else "down", self.bridge.published, self.bridge.unpublished_total)
+        return line
