@@ -235,8 +235,9 @@ class Gateway(object):
     """A running gateway around a node's console tap: `on_line` takes the
     node's console lines (ConsoleTap), `request(cmd, timeout)` is the tap's."""
 
-    def __init__(self, capture, request, say, mqtt=None):
+    def __init__(self, capture, request, say, mqtt=None, own_key=None):
         self.capture = capture
+        self.own_key = own_key      # the gateway node's records go to the capture too
         self.request = request
         self.say = say
         self.asm = Assembler()
@@ -251,10 +252,12 @@ class Gateway(object):
         if mqtt is not None:
             self.bridge = Bridge(mqtt[0], mqtt[1], say, self._downlink)
 
-    def start(self):
+    def start(self, interval=None):
         r = self.request("recv all", timeout=5.0)
         if r is None or not r.get("ok", True):
             raise RuntimeError("the node did not start passing datagrams: %r" % (r,))
+        if interval:
+            self.request("telemetry %g" % interval, timeout=5.0)
         self.worker = threading.Thread(target=self._down_loop, daemon=True)
         self.worker.start()
         if self.bridge is not None:
@@ -274,13 +277,25 @@ class Gateway(object):
 
     # -- uplink -------------------------------------------------------------------
     def on_line(self, line):
-        if not line.startswith(b"@sm {") or b'"datagram"' not in line:
+        if not line.startswith(b"@sm {"):
             return
         try:
             rec = json.loads(line[4:].decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             return
+        if not isinstance(rec, dict):
+            return
         if rec.get("kind") != "datagram":
+            # the gateway node's own telemetry (it is a node of the mesh too)
+            if "v" in rec and "id" not in rec and rec.get("node") == self.own_key:
+                now = time.time()
+                rec.setdefault("t", round(now, 3))
+                rec["host_t"] = round(now, 3)
+                rec["port"] = "gateway"
+                self.capture.write(rec)
+                if self.bridge is not None:
+                    self.bridge.publish("snakemesh/telemetry/%s" % self.own_key,
+                                        json.dumps(rec, separators=(",", ":")))
             return
         self.on_datagram(rec.get("src"), rec.get("service"), binascii.unhexlify(rec.get("data_hex") or ""))
 

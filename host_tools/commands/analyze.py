@@ -3,7 +3,7 @@ import os
 import sys
 import time
 
-from host_tools.errors import UsageError
+from host_tools.errors import CliError, UsageError
 
 
 def register(subparsers):
@@ -97,6 +97,8 @@ def run_analyze(args):
     ]
     lines[2:2] = _links_and_truth(s)
     print("\n".join(lines))
+    for line in silent_lines(s["out"]):
+        print(line)
     if args.report:
         _report(s["out"])
     return 0
@@ -125,6 +127,30 @@ def _links_and_truth(s):
                    % (conv, _pct(g.get("snake_correct_ratio_final")), _pct(g.get("delivery_ratio")),
                       "; %d links refused" % g["links_refused"] if g.get("links_refused") else ""))
     return out
+
+
+def silent_lines(out):
+    """One line per node not heard from at the end of the data (a gateway
+    capture's silent nodes): when it was last seen and for how long not."""
+    import json
+    from host_tools.pipeline import health
+    try:
+        rows = health.load_nodes(out)
+        with open(os.path.join(out, "nodes.json")) as f:
+            t_start = json.load(f).get("t_start")
+    except (CliError, OSError, ValueError):
+        return []
+    silent = [r for r in rows if "silent" in (r.get("anomalies") or []) and not r.get("down_at_end")]
+    silent.sort(key=lambda r: -(r.get("silent_s") or 0))
+    out_lines = []
+    for r in silent:
+        seen = r.get("last_seen_s")
+        last = t_start + seen if (seen is not None and t_start is not None) else None
+        when = (time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(last)) + " UTC") if last else "never"
+        who = r["short"] + (" (%s)" % r["name"] if r.get("name") else "")
+        out_lines.append("silent: %s last seen %s, not heard from for %.0f s before the end of the data"
+                         % (who, when, r.get("silent_s") or 0))
+    return out_lines
 
 
 def _report(out):

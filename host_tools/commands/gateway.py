@@ -45,6 +45,8 @@ def register(subparsers):
     p.add_argument("--mqtt", type=_hostport, metavar="HOST:PORT", help="MQTT broker to bridge to")
     p.add_argument("--console-port", type=int, metavar="N",
                    help="also serve the console on socket://127.0.0.1:N (0 = any free port)")
+    p.add_argument("--interval", type=float, default=5.0, metavar="S",
+                   help="period of the gateway node's own telemetry records in the capture (default %(default)s s)")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: Ctrl-C)")
     p.add_argument("--heapsize", default="64M", metavar="SIZE",
                    help="MicroPython heap (default %(default)s: the GATEWAY profile's tables need it)")
@@ -106,7 +108,7 @@ def run(args):
         node.start()
         _check_listen(node, args.listen)
         view = EventView(quiet=args.quiet)
-        gw = Gateway(capture, None, say, mqtt=args.mqtt)
+        gw = Gateway(capture, None, say, mqtt=args.mqtt, own_key=node.pubkey)
 
         def on_line(line):
             gw.on_line(line)
@@ -127,7 +129,7 @@ def run(args):
         print("running; Ctrl-C stops the gateway")
         sys.stdout.flush()
         view.start()
-        gw.start()
+        gw.start(args.interval)
         end = None if args.duration is None else time.monotonic() + args.duration
         next_progress = time.monotonic() + PROGRESS_S
         while node.alive():

@@ -344,6 +344,12 @@ def already_converged(summary, what):
         and len(summary.get("epochs") or []) <= 1
 
 
+def _who_for(rows, limit=6):
+    """Nodes with how long each has not been heard from (silent_s)."""
+    shown = ", ".join("%s for %.0f s" % (label(r), r.get("silent_s") or 0) for r in rows[:limit])
+    return shown + (" and %d more" % (len(rows) - limit) if len(rows) > limit else "")
+
+
 def verdict(summary, rows, th=None):
     """(level, reasons): level is healthy / degraded / broken; reasons is a
     list of {level, code, text, nodes} (worst first). Call judge_nodes first."""
@@ -412,7 +418,7 @@ def verdict(summary, rows, th=None):
         if down:
             parts.append("%d down (%s)" % (len(down), _who(down)))
         if silent:
-            parts.append("%d silent (%s)" % (len(silent), _who(silent)))
+            parts.append("%d silent (%s)" % (len(silent), _who_for(silent)))
         add(BROKEN if share >= th["lost_broken"] else DEGRADED, "lost",
             "nodes lost at the end: " + "; ".join(parts), lost)
 
