@@ -202,7 +202,7 @@ def _req(m, name, cmd):
     return r
 
 
-def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None, datagrams=False):
+def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None, datagrams=False, telemetry=None):
     """Run the scenario; returns a Result (raises AssertionError when the
     mesh does not even form or a console stops answering)."""
     binary = mp32.binary(variant)
@@ -228,6 +228,13 @@ def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None, datagram
     m = ProcessMesh(topo, os.path.join(out_dir, "mesh"), seed=13, profile=profile, heapsize=heap,
                     micropython=binary, mpy=mpy, log=log)
     filler = None
+    res.telemetry = telemetry
+    if telemetry:
+        # telemetry over the mesh every `telemetry` s (issue 26): the first
+        # node is the sink of the others, the second the first's
+        first, second = m.names[0], m.names[1]
+        m.node_args = dict((n, ["--sink", m.hexkey(second if n == first else first),
+                                "--telemetry", "%g" % telemetry]) for n in m.names)
     with m:
         names = list(m.names)
         res.names = names
@@ -419,6 +426,8 @@ def report(res):
                             dg.get("sent"), dg.get("delivered"),
                             sum(v for k2, v in dg.items() if k2.startswith("failed_")), dg.get("received"),
                             dg.get("reasm_refused")))
+        if getattr(res, "telemetry", None):
+            lines.append("     telemetry to the sink: %s" % (res.stats[n].get("telemetry"),))
         parts = f.get("parts") or {}
         lines.append("     used %d B: %s" % (f["used"], ", ".join(
             "%s %d" % kv for kv in sorted(parts.items(), key=lambda kv: -kv[1]))))
@@ -426,19 +435,20 @@ def report(res):
 
 
 def main(argv):
-    """python bench/heap_scenario.py PROFILE frozen|stock HEAP [SECONDS] [--datagrams]:
+    """python bench/heap_scenario.py PROFILE frozen|stock HEAP [SECONDS] [--datagrams] [--telemetry]:
     runs the scenario (with the datagram layer in use), prints the report;
     exit status 1 if it fails."""
     import sys
     import tempfile
     dgrams = "--datagrams" in argv
-    argv = [a for a in argv if a != "--datagrams"]
+    tele = 5.0 if "--telemetry" in argv else None
+    argv = [a for a in argv if a not in ("--datagrams", "--telemetry")]
     if len(argv) not in (3, 4) or argv[1] not in ("frozen", "stock"):
         sys.stderr.write("usage: heap_scenario.py PROFILE frozen|stock HEAP [SECONDS]\n")
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         res = run(argv[0], argv[1], argv[2], float(argv[3]) if len(argv) > 3 else 60.0, tmp,
-                  datagrams=dgrams)
+                  datagrams=dgrams, telemetry=tele)
     print("\n".join(report(res)))
     worst = worst_free(res)
     print("lowest free share with every table full: %.1f %% (node %s)" % worst)

@@ -41,6 +41,7 @@ FIGURES = (
     (9, "f9_sim_accept"),
     (10, "f10_radio_links"),
     (11, "f11_datagrams"),
+    (12, "f12_telemetry"),
 )
 
 

@@ -27,6 +27,8 @@ def register(sub):
                    help="seconds of telemetry after convergence (default 20)")
     p.add_argument("--pings", type=int, default=16)
     p.add_argument("--traces", type=int, default=6)
+    p.add_argument("--telemetry", type=float, default=2.0, metavar="S",
+                   help="period of every node's telemetry to the gateway over the mesh (default 2 s)")
     p.set_defaults(func=run)
 
 
@@ -91,6 +93,72 @@ def run_child(cmd, env, grace=30.0):
     return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
 
 
+class GatewayProc(object):
+    """`snakemesh gateway` beside the demo's mesh: the node every other node
+    sends its telemetry to over the mesh (it holds a gateway key, so it is
+    the root and the nodes find it with no sink configured)."""
+
+    def __init__(self, out_dir):
+        from host_tools.procmesh.nodeproc import free_port
+        self.dir = out_dir
+        self.port = free_port()
+        self.log = os.path.join(os.path.dirname(out_dir), "gateway.log")
+        self.proc = None
+        self.key = None
+
+    def start(self, timeout=60.0):
+        os.makedirs(self.dir, exist_ok=True)
+        self.out = open(self.log, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "host_tools.cli", "gateway", "--out", self.dir,
+                                      "--listen", "127.0.0.1:%d" % self.port, "--no-multicast", "-q",
+                                      "--interval", "2"], stdout=self.out, stderr=subprocess.STDOUT,
+                                     cwd=REPO_ROOT)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            text = open(self.log).read()
+            for line in text.splitlines():
+                if line.startswith("node "):
+                    self.key = line.split()[1]
+            if "running;" in text:
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise CliError("the gateway did not start (see %s)" % self.log)
+
+    def stop(self):
+        """Stop it (SIGINT, as Ctrl-C); its summary line."""
+        import signal
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.out.close()
+        lines = [l for l in open(self.log).read().splitlines() if l.startswith("gateway: ")]
+        return lines[-1] if lines else None
+
+
+def _probes(src, dst):
+    """The demo's own pings, traces and datagrams (probe records the source
+    nodes' consoles reported) from the consoles' telemetry: the report's
+    delivery figures. The nodes' state, counters and peers come from the
+    gateway."""
+    n = 0
+    with open(src) as f, open(dst, "w") as out:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and rec.get("kind") == "probe":
+                out.write(line)
+                n += 1
+    return n
+
+
 def run(args):
     from host_tools.commands import mesh as mesh_cmd
     from host_tools.commands.mesh import percent
@@ -104,20 +172,37 @@ def run(args):
     n_ble = sum(1 for e in edges if e[2] == "ble")
     n_now = sum(1 for e in edges if e[2] == "espnow")
     phase(1, 4, "process mesh: %d firmware nodes (MicroPython unix port) from %s, %d links (%d Wi-Fi over "
-                "loopback TCP, %d over the emulated BLE radio%s)"
+                "loopback TCP, %d over the emulated BLE radio%s), and a gateway node that %s joins"
           % (len(names), _show(args.topology), len(edges), len(edges) - n_ble - n_now, n_ble,
-             ", %d over the emulated ESP-NOW radio" % n_now if n_now else ""))
-    s = mesh_cmd.run_mesh(_mesh_args(args, mesh_dir), progress=say)
+             ", %d over the emulated ESP-NOW radio" % n_now if n_now else "", names[0]))
+    gw_dir = os.path.join(args.out, "gateway")
+    gw = GatewayProc(gw_dir).start()
+    say("gateway %s on 127.0.0.1:%d, capture in %s: every node sends its telemetry there over the mesh "
+        "every %g s (as boards in the field do: no USB console needed)" % (gw.key[:16], gw.port, _show(gw_dir),
+                                                                          args.telemetry))
+    margs = _mesh_args(args, mesh_dir)
+    margs.node_args = dict((n, ["--telemetry", "%g" % args.telemetry]) for n in names)
+    margs.node_args[names[0]] += ["--connect", "127.0.0.1:%d" % gw.port]
+    margs.outside_keys = [bytes.fromhex(gw.key)]
+    try:
+        s = mesh_cmd.run_mesh(margs, progress=say)
+    finally:
+        summary_line = gw.stop()
     tel = os.path.join(mesh_dir, "telemetry.jsonl")
+    # beside the gateway's folder, not the mesh's: the mesh's topology.txt
+    # has no gateway, so the analysis takes the topology from the peers records
+    probes = os.path.join(args.out, "probes.jsonl")
+    n_probes = _probes(tel, probes)
     say("mesh stopped: root agreed after %.1f s, snake complete after %.1f s, pings answered %d of %d "
-        "(%s), datagrams delivered %d of %d; %d telemetry records in %s"
-        % (s["tree_converged_s"], s["snake_converged_s"], s["pings_ok"], s["pings"],
-           percent(s["pings_ok"], s["pings"]), s.get("datagrams_ok", 0), s.get("datagrams", 0),
-           _count_lines(tel), _show(tel)))
+        "(%s), datagrams delivered %d of %d" % (s["tree_converged_s"], s["snake_converged_s"], s["pings_ok"],
+                                               s["pings"], percent(s["pings_ok"], s["pings"]),
+                                               s.get("datagrams_ok", 0), s.get("datagrams", 0)))
+    say(summary_line or "the gateway said nothing at its end (see %s)" % gw.log)
 
-    phase(2, 4, "Spark pipeline (local mode): reading the telemetry, building the tables and figures; "
-                "about 10-15 s (longer on a busy machine or the first run on it)")
-    cmd = [sys.executable, "-m", "host_tools.cli", "analyze", tel, "--out", analysis, "--report"]
+    phase(2, 4, "Spark pipeline (local mode): the gateway's capture (the nodes' telemetry, over the mesh) "
+                "and the demo's %d probes; about 10-15 s (longer on a busy machine or the first run on it)"
+          % n_probes)
+    cmd = [sys.executable, "-m", "host_tools.cli", "analyze", gw_dir, probes, "--out", analysis, "--report"]
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     # its progress lines (stderr) show as they come; its summary (stdout) is

@@ -69,8 +69,8 @@ def _key(args):
 
 
 def run(args):
-    from host_tools.nodeproc import NodeProcess
-    from host_tools.consoletap import ConsoleTap
+    from host_tools.procmesh.nodeproc import NodeProcess
+    from host_tools.procmesh.consoletap import ConsoleTap
     from host_tools.gateway import Capture, Gateway
     if args.console_port is not None and not 0 <= args.console_port <= 65535:
         raise UsageError("--console-port must be within 0..65535")

@@ -80,7 +80,9 @@ def run_mesh(args, progress=say):
                      node_profiles=node_profiles, micropython=micropython,
                      gateway_root=getattr(args, "gateway_root", False), root_node=root,
                      mpy=getattr(args, "mpy", False),
-                     espnow_loss=getattr(args, "espnow_loss", 0.0)) as m:
+                     espnow_loss=getattr(args, "espnow_loss", 0.0),
+                     node_args=getattr(args, "node_args", None)) as m:
+        m.outside = list(getattr(args, "outside_keys", None) or [])
         progress("%d nodes up, %d links (%d BLE, %d ESP-NOW)" % (
             len(m.names), len(m.edges), sum(1 for e in m.edges if e[2] == "ble"),
             sum(1 for e in m.edges if e[2] == "espnow")))

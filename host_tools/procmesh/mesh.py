@@ -111,6 +111,9 @@ class ProcessMesh(object):
         self.espnow = None       # the ESP-NOW medium process
         self.espnow_addr = None
         self.node_args = node_args or {}     # name -> extra firmware arguments (--app FILE, --config F)
+        # keys of nodes outside this mesh's processes that join it (a
+        # gateway): convergence counts them in the root and the snake
+        self.outside = []
         self.datagrams = 0
         self.heapsize = heapsize
         self.mpy = mpy            # run the firmware compiled to .mpy, as on a board
@@ -374,8 +377,8 @@ class ProcessMesh(object):
     def converged(self, timeout=15.0):
         """(tree agreed, snake complete, detail) from every node's status."""
         st = self.status(timeout)
-        keys = sorted(self.keys.values())
-        want_root = self.hexkey(max(self.keys, key=lambda n: self.keys[n]))
+        keys = sorted(list(self.keys.values()) + [bytes(k) for k in self.outside])
+        want_root = binascii.hexlify(keys[-1]).decode()
         agree = sum(1 for s in st.values() if s.get("ok") and s.get("root") == want_root)
         right = 0
         for n in self.names:
