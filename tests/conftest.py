@@ -25,6 +25,7 @@ SLOW_MODULES = frozenset((
     "test_demo.py",
     "test_espnow_mesh.py",
     "test_flood.py",
+    "test_gateway_analyze.py",
     "test_gateway_mesh.py",
     "test_flood_process.py",
     "test_fuzz_router_million.py",
