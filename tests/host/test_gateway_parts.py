@@ -276,3 +276,28 @@ def test_the_node_takes_sink_and_interval_from_config_and_arguments():
     cfg = C.Config()
     cfg.apply_json({"sink": "off"})
     assert cfg.sink == "off"
+
+
+def _cli(*args):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "host_tools.cli"] + list(args), capture_output=True, text=True,
+                       timeout=60)
+    return r.returncode, r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("cmd", [["node", "--seed", "11" * 32], ["provision", "--port", "/dev/null"]])
+def test_a_bad_sink_is_one_line_before_anything_starts(cmd):
+    rc, out, err = _cli(*(cmd + ["--sink", "c0ffee"]))
+    assert rc == 2 and "Traceback" not in err
+    assert err.strip().splitlines() == [
+        "snakemesh: error: --sink: expected a gateway's key (64 hex digits), auto or off, got 'c0ffee'"]
+
+
+def test_gateway_needs_out_and_takes_the_issue_options():
+    rc, out, err = _cli("gateway", "--help")
+    assert rc == 0
+    for opt in ("--seed", "--key-file", "--listen", "--connect", "--profile", "--out", "--mqtt"):
+        assert opt in out
+    rc, out, err = _cli("gateway")
+    assert rc == 2 and "--out" in err
