@@ -117,11 +117,18 @@ class Assembler(object):
         kind = obj["kind"]
         k = (src, kind)
         cur = self.open.pop(k, None)
+        delta = bool(obj.get("d"))
         if cur is None:
-            cur = dict(self.last.get(k) or {}) if obj.get("d") else {}
+            cur = dict(self.last.get(k) or {}) if delta else {}
         for f, v in obj.items():
-            if f not in ("kind", "d", "m"):
-                cur[f] = v
+            if f in ("kind", "d", "m"):
+                continue
+            if delta and isinstance(v, dict) and isinstance(cur.get(f), dict):
+                # a delta carries only the entries of an object that changed
+                merged = dict(cur[f])
+                merged.update(v)
+                v = merged
+            cur[f] = v
         if obj.get("m"):
             self.open[k] = cur
             return None

@@ -301,3 +301,28 @@ def test_gateway_needs_out_and_takes_the_issue_options():
         assert opt in out
     rc, out, err = _cli("gateway")
     assert rc == 2 and "--out" in err
+
+
+def test_of_an_object_field_only_the_entries_that_changed_go():
+    node = _Node()
+    asm = G.Assembler()
+    recs = _records(1, 10, [])
+    node.console.recs = recs
+    telesink.period(node, None)
+    _deliver(node, asm, 1.0)
+    co = dict(recs[1])
+    co["rx"] = {"traffic": 11, "keepalive": 3}          # one entry changed
+    node.console.recs = (recs[0], co, recs[2])
+    telesink.period(node, None)
+    sent = [json.loads(d) for _, d in node.m.sent if b'"counters"' in d]
+    assert len(sent) == 1 and sent[0]["d"] == 1 and sent[0]["rx"] == {"traffic": 11}
+    got = [r for r in _deliver(node, asm, 2.0) if r["kind"] == "counters"]
+    assert _strip(got[0]) == co                        # merged whole at the gateway
+    co2 = dict(co)
+    co2["drops"] = {"no_route": 2}                     # a new key: the object goes whole
+    node.console.recs = (recs[0], co2, recs[2])
+    telesink.period(node, None)
+    sent = [json.loads(d) for _, d in node.m.sent if b'"counters"' in d]
+    assert sent[0]["drops"] == {"no_route": 2} and "rx" not in sent[0]
+    got = [r for r in _deliver(node, asm, 3.0) if r["kind"] == "counters"]
+    assert _strip(got[0]) == co2

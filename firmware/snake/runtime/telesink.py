@@ -10,8 +10,9 @@
 # `up` and the record's fields, without `v`, `node` and `t` (the gateway
 # knows the source key and the time it heard it). Compact: a field whose
 # JSON is unchanged since it was last handed to the mesh is left out and
-# the object says `"d":1` (a delta the gateway merges into what it holds);
-# every FULL_EVERY periods, and whenever the sink changes, the records go
+# the object says `"d":1` (a delta the gateway merges into what it holds),
+# and of a field whose value is an object (counters' rx, tx, drops,
+# datagrams ...) only the entries that changed go (_dict_field); every FULL_EVERY periods, and whenever the sink changes, the records go
 # whole. A record larger than one datagram (the profile's dgram_max) is
 # cut into parts between fields; every part but the last says `"m":1`.
 # A `state` record goes every period (the gateway's "last heard"); a
@@ -70,6 +71,30 @@ def parts(kind, up, fields, delta, limit):
     return out
 
 
+def _dict_field(f, v, prev):
+    """(JSON text to send or None, what to remember) for a field whose value
+    is an object (counters' rx, tx, drops, datagrams ...): remembered as a
+    tuple, the hash of its key set then one hash per value in key order, so
+    that a delta carries only the entries that changed (the gateway merges
+    them into the object it holds). A changed key set sends it whole."""
+    ks = sorted(v)
+    h = [hash("\0".join(ks))]
+    for k in ks:
+        h.append(hash(json.dumps(v[k])))
+    h = tuple(h)
+    if prev is None or type(prev) is not tuple or prev[0] != h[0]:
+        return '"%s":%s' % (f, json.dumps(v)), h
+    out = []
+    i = 1
+    for k in ks:
+        if prev[i] != h[i]:
+            out.append('"%s":%s' % (k, json.dumps(v[k])))
+        i += 1
+    if not out:
+        return None, h
+    return '"%s":{%s}' % (f, ",".join(out)), h
+
+
 def period(node, sink):
     st = node.tele
     if st is None:
@@ -107,10 +132,14 @@ def period(node, sink):
         for f in rec:
             if f in SKIP:
                 continue
-            js = '"%s":%s' % (f, json.dumps(rec[f]))
-            h = hash(js)
+            v = rec[f]
+            if type(v) is dict:
+                js, h = _dict_field(f, v, old.get(f))
+            else:
+                js = '"%s":%s' % (f, json.dumps(v))
+                h = hash(js)
             new[f] = h
-            if old.get(f) != h:
+            if js is not None and old.get(f) != h:
                 if len(js) + 40 > limit:
                     st["too_big"] += 1
                     continue
