@@ -1,6 +1,7 @@
 """`make demo` is `snakemesh demo`: run it end to end (process mesh of 8
-unix-port nodes over the mixed BLE/Wi-Fi demo topology, then the Spark
-pipeline and the report), so CI shows it completes on its machine."""
+unix-port nodes over the mixed BLE/Wi-Fi demo topology and a gateway node
+their telemetry reaches over the mesh, then the Spark pipeline on the
+gateway's capture and the report), so CI shows it completes on its machine."""
 import json
 import os
 import subprocess
@@ -21,7 +22,9 @@ def test_demo_runs_end_to_end(tmp_path):
                  "pinging 8 random pairs", "pings answered: 8 of 8 (100%)",
                  "sending 4 datagrams with an end-to-end ack", "datagrams delivered: 4 of 4 (100%)",
                  "application datagrams delivered 100% of 4", "tracing 3 more pairs",
-                 "recording telemetry for 5 s", "stopping the 8 nodes", "telemetry records in ",
+                 "recording telemetry for 5 s", "stopping the 8 nodes",
+                 "and a gateway node that alpha joins", "every node sends its telemetry there over the mesh",
+                 "records from 9 node(s)", "Spark pipeline (local mode): the gateway's capture",
                  "--- 2/4 Spark pipeline", "--- 3/4 mesh health",
                  "snake neighbours right at the end: 100%", "ping delivery 100% of 8 pings",
                  "--- 4/4 report"):
@@ -33,7 +36,12 @@ def test_demo_runs_end_to_end(tmp_path):
     for svg in ("tree.svg", "snake.svg"):
         assert (out / "analysis" / "report" / svg).stat().st_size > 2000
     summary = json.loads((out / "analysis" / "summary.json").read_text())
-    assert summary["nodes"] == 8
+    assert summary["nodes"] == 9            # the 8 and the gateway
+    # the nodes' records reached the report through the gateway: its capture
+    # has every node, and the analysis read it (the consoles gave only probes)
+    heard = json.loads((out / "gateway" / "nodes.json").read_text())
+    assert len(heard) == 9 and all(v["records"] >= 2 for v in heard.values())
+    assert summary["records"] >= sum(v["records"] for v in heard.values())
     assert summary["rejected_records"] == 0
     assert summary["ping_delivery_ratio"] == 1.0
     assert summary["datagrams"] == 4 and summary["app_delivery_ratio"] == 1.0
