@@ -394,7 +394,8 @@ class Gateway(object):
 
     def progress(self, now=None):
         now = time.time() if now is None else now
-        nodes = self.capture.nodes
+        with self.capture.lock:           # the tap's thread adds nodes meanwhile
+            nodes = dict((k, dict(v)) for k, v in self.capture.nodes.items())
         line = "nodes %d, records %d" % (len(nodes), self.capture.records)
         if nodes:
             key, n = max(nodes.items(), key=lambda kv: kv[1]["last"] or 0)

@@ -326,3 +326,12 @@ def test_of_an_object_field_only_the_entries_that_changed_go():
     assert sent[0]["drops"] == {"no_route": 2} and "rx" not in sent[0]
     got = [r for r in _deliver(node, asm, 3.0) if r["kind"] == "counters"]
     assert _strip(got[0]) == co2
+
+
+def test_progress_says_nodes_records_and_who_was_heard_last(tmp_path):
+    gw, said = _gw(tmp_path)
+    gw.on_datagram("ab" * 32, G.SERVICE, b'{"kind":"state","up":1}', now=100.0)
+    gw.on_datagram("cd" * 32, G.SERVICE, b'{"kind":"state","up":1}', now=104.0)
+    assert gw.progress(now=110.0) == ("nodes 2, records 2, last %s 6 s ago, quietest %s 10 s ago"
+                                      % ("cd" * 8, "ab" * 8))
+    gw.capture.close()
