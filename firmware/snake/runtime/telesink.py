@@ -27,6 +27,7 @@ from snake import platform
 SERVICE = 30
 FULL_EVERY = 10
 SKIP = ("v", "kind", "node", "t", "up")
+SEPARATORS = (",", ":")
 GATEWAY_PREFIX = b"\xff\xff"   # host_tools/keystore.py ROOT_PREFIX: a gateway's key
 
 
@@ -71,6 +72,11 @@ def parts(kind, up, fields, delta, limit):
     return out
 
 
+def _js(v):
+    # JSON without the blanks after , and : (a tenth of the bytes)
+    return json.dumps(v, separators=SEPARATORS)
+
+
 def _dict_field(f, v, prev):
     """(JSON text to send or None, what to remember) for a field whose value
     is an object (counters' rx, tx, drops, datagrams ...): remembered as a
@@ -80,15 +86,15 @@ def _dict_field(f, v, prev):
     ks = sorted(v)
     h = [hash("\0".join(ks))]
     for k in ks:
-        h.append(hash(json.dumps(v[k])))
+        h.append(hash(_js(v[k])))
     h = tuple(h)
     if prev is None or type(prev) is not tuple or prev[0] != h[0]:
-        return '"%s":%s' % (f, json.dumps(v)), h
+        return '"%s":%s' % (f, _js(v)), h
     out = []
     i = 1
     for k in ks:
         if prev[i] != h[i]:
-            out.append('"%s":%s' % (k, json.dumps(v[k])))
+            out.append('"%s":%s' % (k, _js(v[k])))
         i += 1
     if not out:
         return None, h
@@ -136,7 +142,7 @@ def period(node, sink):
             if type(v) is dict:
                 js, h = _dict_field(f, v, old.get(f))
             else:
-                js = '"%s":%s' % (f, json.dumps(v))
+                js = '"%s":%s' % (f, _js(v))
                 h = hash(js)
             new[f] = h
             if js is not None and old.get(f) != h:
