@@ -16,7 +16,7 @@ import time
 
 from host_tools.commands.demo import DEMO_TOPOLOGY, GatewayProc
 from host_tools.console_client import ConsoleClient
-from host_tools.mesh import ProcessMesh
+from host_tools.procmesh.mesh import ProcessMesh
 
 
 def _analyze(inputs, out, *extra):

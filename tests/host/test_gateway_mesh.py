@@ -21,8 +21,8 @@ import time
 
 import pytest
 
-from host_tools.mesh import ProcessMesh
-from host_tools.nodeproc import free_port
+from host_tools.procmesh.mesh import ProcessMesh
+from host_tools.procmesh.nodeproc import free_port
 from host_tools.commands.demo import DEMO_TOPOLOGY
 from ptyproc import snakemesh as at_terminal
 
