@@ -18,7 +18,7 @@ import threading
 import time
 
 from host_tools import keystore
-from host_tools.commands.node import _hostport, _check_listen, EventView
+from host_tools.commands.node import _hostport, _check_listen, EventView, print_header, trap_signals
 from host_tools.errors import CliError, InputError, UsageError
 
 PROGRESS_S = 5.0
@@ -95,14 +95,7 @@ def run(args):
             sys.stdout.write("%s %s\n" % (time.strftime("%H:%M:%S"), text))
             sys.stdout.flush()
 
-    stopping = []
-
-    def on_signal(signum, frame):
-        stopping.append(signum)
-        raise KeyboardInterrupt
-    old = {}
-    for s in (signal.SIGINT, signal.SIGTERM):
-        old[s] = signal.signal(s, on_signal)
+    stopping, restore = trap_signals()
     tap = gw = None
     try:
         node.start()
@@ -115,13 +108,7 @@ def run(args):
             view.on_line(line)
         tap = ConsoleTap(node, on_line=on_line, console_port=args.console_port).start()
         gw.request = tap.request
-        print("node %s" % node.pubkey)
-        print("console %s" % tap.pty_path)
-        if tap.console_url:
-            print("console %s" % tap.console_url)
-        listen = node.boot.get("listen") or {}
-        for name in sorted(listen):
-            print("listen %s %s" % (name, listen[name]))
+        print_header(node, tap)
         print("capture %s" % os.path.abspath(args.out))
         if not keystore.is_root_key(bytes.fromhex(node.pubkey)):
             print("snakemesh: warning: this gateway's key is not a gateway key (%s...): nodes find it only "
@@ -164,5 +151,4 @@ def run(args):
         if tap is not None:
             tap.stop()
         node.stop()
-        for s, h in old.items():
-            signal.signal(s, h)
+        restore()

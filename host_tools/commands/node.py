@@ -74,6 +74,37 @@ def _listen_scope(name, where):
     return ""
 
 
+def trap_signals():
+    """Make SIGINT and SIGTERM raise KeyboardInterrupt while a host node runs,
+    so that either stops it through the same cleanup. Returns (stopping,
+    restore): the signals that came, in order, and the call that puts the
+    old handlers back."""
+    stopping = []
+
+    def on_signal(signum, frame):
+        stopping.append(signum)
+        raise KeyboardInterrupt
+    old = {}
+    for s in (signal.SIGINT, signal.SIGTERM):
+        old[s] = signal.signal(s, on_signal)
+
+    def restore():
+        for s, h in old.items():
+            signal.signal(s, h)
+    return stopping, restore
+
+
+def print_header(node, tap):
+    """The lines a host node starts with: its key, its console(s), what it listens on."""
+    print("node %s" % node.pubkey)
+    print("console %s" % tap.pty_path)
+    if tap.console_url:
+        print("console %s" % tap.console_url)
+    listen = node.boot.get("listen") or {}
+    for name in sorted(listen):
+        print("listen %s %s%s" % (name, listen[name], _listen_scope(name, listen[name])))
+
+
 def _check_profile_file(profile):
     """A profile given as a file is checked here, where the parser says
     where it is wrong (MicroPython's only says "syntax error in JSON")."""
@@ -202,14 +233,7 @@ def run(args):
                        ble_name=args.ble_name, profile=args.profile,
                        heapsize=args.heapsize, mpy_dir=mpy_dir,
                        handshake_timeout=args.handshake_timeout, micropython=args.micropython)
-    stopping = []
-
-    def on_signal(signum, frame):
-        stopping.append(signum)
-        raise KeyboardInterrupt
-    old = {}
-    for s in (signal.SIGINT, signal.SIGTERM):
-        old[s] = signal.signal(s, on_signal)
+    stopping, restore = trap_signals()
     tap = None
     try:
         node.start()
@@ -217,13 +241,7 @@ def run(args):
         from host_tools.procmesh.consoletap import ConsoleTap
         view = EventView(names, quiet=args.quiet)
         tap = ConsoleTap(node, on_line=view.on_line, console_port=args.console_port).start()
-        print("node %s" % node.pubkey)
-        print("console %s" % tap.pty_path)
-        if tap.console_url:
-            print("console %s" % tap.console_url)
-        listen = node.boot.get("listen") or {}
-        for name in sorted(listen):
-            print("listen %s %s%s" % (name, listen[name], _listen_scope(name, listen[name])))
+        print_header(node, tap)
         warnings = list(node.boot.get("warnings") or [])
         w = key_policy_warning(args.profile, node.pubkey)
         if w:
@@ -251,8 +269,7 @@ def run(args):
         if tap is not None:
             tap.stop()
         node.stop()
-        for s, h in old.items():
-            signal.signal(s, h)
+        restore()
         if tmp is not None:
             tmp.cleanup()
 
