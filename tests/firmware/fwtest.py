@@ -1,6 +1,6 @@
 # Shared helpers for the firmware test suites (run under CPython and
 # MicroPython alike): wire-vector loading, hex helpers, deterministic keys,
-# a tiny deterministic PRNG and an allocation probe.
+# tiny deterministic PRNGs and an allocation probe.
 import binascii
 import json
 
@@ -119,6 +119,28 @@ class Rng:
             out[i] = self.next() & 0xFF
             i += 1
         return out
+
+
+class Lcg:
+    """The radio tests' LCG: next(n) in 0..n-1, the same sequence on CPython
+    and MicroPython (test_ble_chunking, test_espnow_port: chunk sizes, loss,
+    stream contents)."""
+
+    def __init__(self, seed):
+        self.s = seed
+
+    def next(self, n):
+        self.s = (self.s * 1103515245 + 12345) & 0x7FFFFFFF
+        return (self.s >> 8) % n
+
+
+def pattern(n, seed):
+    """n bytes of Lcg(seed) output: a stream whose every byte is checked."""
+    b = bytearray(n)
+    r = Lcg(seed)
+    for i in range(n):
+        b[i] = r.next(256)
+    return b
 
 
 def is_micropython():

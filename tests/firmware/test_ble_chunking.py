@@ -7,7 +7,7 @@ import asyncio
 from snake.runtime import ble
 from snake.runtime.ble_cold import STAT_NAMES
 from snake.profile import Profile
-from fwtest import counter_names_follow
+from fwtest import Lcg, counter_names_follow, pattern
 
 
 def _stat(m, name):
@@ -24,23 +24,6 @@ KEY_LO = bytes([0x10] * 32)
 KEY_HI = bytes([0x20] * 32)
 ADDR_LO = bytes([0xC1, 1, 1, 1, 1, 1])
 ADDR_HI = bytes([0xC2, 2, 2, 2, 2, 2])
-
-
-class Lcg:
-    def __init__(self, seed):
-        self.s = seed
-
-    def next(self, n):
-        self.s = (self.s * 1103515245 + 12345) & 0x7FFFFFFF
-        return (self.s >> 8) % n
-
-
-def pattern(n, seed):
-    b = bytearray(n)
-    r = Lcg(seed)
-    for i in range(n):
-        b[i] = r.next(256)
-    return b
 
 
 class FakeBle:

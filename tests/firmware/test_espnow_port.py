@@ -9,7 +9,7 @@ import asyncio
 from snake.runtime import espnow_port as P
 from snake.runtime.espnow_cold import STAT_NAMES
 from snake.profile import Profile
-from fwtest import counter_names_follow
+from fwtest import Lcg, counter_names_follow, pattern
 
 BCAST = b"\xff" * 6
 
@@ -21,23 +21,6 @@ def st(m, name):
 
 def test_stat_indices_follow_the_names():
     counter_names_follow(P, "_S_", STAT_NAMES)
-
-
-class Lcg:
-    def __init__(self, seed):
-        self.s = seed
-
-    def next(self, n):
-        self.s = (self.s * 1103515245 + 12345) & 0x7FFFFFFF
-        return (self.s >> 8) % n
-
-
-def pattern(n, seed):
-    b = bytearray(n)
-    r = Lcg(seed)
-    for i in range(n):
-        b[i] = r.next(256)
-    return b
 
 
 class Air:
