@@ -33,16 +33,13 @@ connection of a radio), `topology`.
 
 The first line printed on stdout is `blemu-medium listening on HOST:PORT`.
 """
-import argparse
 import asyncio
 import collections
 import hashlib
-import json
-import random
 import struct
 import sys
-import time
 
+from host_tools import radiomedium as RM
 from host_tools.blemu import _blemu_proto as P
 
 ADV_TICK_S = 0.05
@@ -61,13 +58,7 @@ def load_topology(path):
                 if tag != "@ble":
                     continue
                 s = rest.strip()
-            names = s.split()
-            for n in names:
-                rng.setdefault(n, set())
-            for a, b in zip(names, names[1:]):
-                if a != b:
-                    rng[a].add(b)
-                    rng[b].add(a)
+            RM.add_chain(rng, s.split())
     return rng
 
 
@@ -160,11 +151,10 @@ class Conn:
         return self.hc if r is self.central else self.hp
 
 
-class Radio:
+class Radio(RM.Radio):
     def __init__(self, medium, name, writer):
+        RM.Radio.__init__(self, name, writer)
         self.m = medium
-        self.name = name
-        self.writer = writer
         self.addr = addr_for(name)
         self.addr_type = 1
         self.mtu = 23
@@ -174,15 +164,6 @@ class Radio:
         self.services = []     # list of entries from SERVICES
         self.conns = {}        # local handle -> Conn
         self.pending = None    # dict(addr, deadline) for a gap_connect
-        self.alive = True
-        self.stats = collections.Counter()
-
-    def send(self, frame):
-        if self.alive:
-            try:
-                self.writer.write(frame)
-            except Exception:
-                self.alive = False
 
     def txdone(self, n):
         self.send(P.frame(P.TXDONE, struct.pack(">H", n)))
@@ -194,100 +175,47 @@ class Radio:
         return h
 
 
-class Medium:
+class Medium(RM.Medium):
+    LABEL = "blemu-medium"
+    OP_HELLO, OP_CTL, OP_HELLO_ACK, OP_ERROR, OP_CTL_REPLY = P.HELLO, P.CTL, P.HELLO_ACK, P.ERROR, P.CTL_REPLY
+    ZERO_LENGTH = b"blemu: zero-length message"
+
     def __init__(self, topology, latency_ms=5.0, loss=0.0, mtu=527, kbps=1000.0, seed=1,
                  supervision_ms=1000.0, conn_interval_ms=15.0, max_retries=20):
-        self.range = topology
-        self.latency = latency_ms / 1000.0
-        self.loss = loss
+        RM.Medium.__init__(self, topology, latency_ms, loss, seed)
         self.mtu_cap = mtu
         self.kbps = kbps
-        self.rng = random.Random(seed)
         self.supervision = supervision_ms / 1000.0
         self.conn_interval = conn_interval_ms / 1000.0
         self.max_retries = max_retries
-        self.radios = {}       # name -> Radio
-        self.departed = {}     # name -> Radio that disconnected (for stats)
         self.by_addr = {}      # addr -> Radio
         self.last_adv = {}     # (advertiser name, scanner name) -> time sent
-        self.loop = None
         self.stats_global = collections.Counter()
 
     # ------------------------------------------------------------ range
     def in_range(self, a, b):
         return b.name in self.range.get(a.name, ())
 
-    # ------------------------------------------------------------ clients
-    async def serve_client(self, reader, writer):
-        parser = P.Parser()
-        radio = None
-        try:
-            while True:
-                data = await reader.read(65536)
-                if not data:
-                    break
-                parser.feed(data)
-                while True:
-                    try:
-                        msg = parser.next()
-                    except ValueError as e:
-                        writer.write(P.frame(P.ERROR, str(e).encode()))
-                        return
-                    if msg is None:
-                        break
-                    op, body = msg
-                    if op == P.CTL:
-                        writer.write(P.frame(P.CTL_REPLY, json.dumps(self.control(body.decode())).encode()))
-                        continue
-                    if radio is None:
-                        if op != P.HELLO:
-                            writer.write(P.frame(P.ERROR, b"first message must be HELLO"))
-                            return
-                        radio = self.hello(body.decode(), writer)
-                        if radio is None:
-                            return
-                        continue
-                    try:
-                        self.handle(radio, op, body)
-                    except (struct.error, IndexError, KeyError, ValueError) as e:
-                        radio.stats["bad_messages"] += 1
-                        print("blemu-medium: bad message op=%d from %s: %s" % (op, radio.name, e),
-                              file=sys.stderr)
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            if radio is not None:
-                self.goodbye(radio)
-            try:
-                writer.close()
-            except Exception:
-                pass
+    # ------------------------------------------------------------ radios (radiomedium.Medium)
+    def hello_args(self, body):
+        return (body.decode(),)
 
-    def hello(self, name, writer):
-        old = self.radios.get(name)
-        if old is not None and old.alive:
-            writer.write(P.frame(P.ERROR, ("radio name already connected: " + name).encode()))
-            return None
-        r = Radio(self, name, writer)
-        prev = self.departed.pop(name, None)
-        if prev is not None:
-            r.stats = prev.stats          # counters continue across restarts
-        if name not in self.range:
-            print("blemu-medium: %s is not in the topology (no neighbours)" % name, file=sys.stderr)
-        self.radios[name] = r
+    def new_radio(self, writer, name):
+        return Radio(self, name, writer)
+
+    def registered(self, r):
         self.by_addr[r.addr] = r
-        writer.write(P.frame(P.HELLO_ACK, struct.pack(">B", r.addr_type) + r.addr))
-        return r
 
-    def goodbye(self, r):
-        r.alive = False
+    def forget(self, r):
+        self.by_addr.pop(r.addr, None)
+
+    def hello_ack(self, r):
+        return struct.pack(">B", r.addr_type) + r.addr
+
+    def leaving(self, r):
         for c in list(r.conns.values()):
             # The peer notices through its supervision timeout.
             self.kill_conn(c, 0x08, self.supervision)
-        if self.radios.get(r.name) is r:
-            del self.radios[r.name]
-            self.by_addr.pop(r.addr, None)
-            self.departed[r.name] = r     # counters stay visible in `stats`
 
     # ------------------------------------------------------------ messages
     def handle(self, r, op, b):
@@ -496,82 +424,47 @@ class Medium:
                         s.send(P.frame(P.EVENT, struct.pack(">BB", P.IRQ_SCAN_RESULT, a.addr_type) + a.addr
                                        + struct.pack(">Bb", 4, -60) + a.adv["resp"]))
 
-    # ------------------------------------------------------------ control
-    def control(self, line):
-        parts = line.split()
-        if not parts:
-            return {"ok": False, "error": "empty command"}
-        cmd = parts[0]
-        if cmd == "stats":
-            nodes = {}
-            every = dict(self.departed)
-            every.update(self.radios)
-            for name, r in sorted(every.items()):
-                conns = []
-                for h, c in sorted(r.conns.items()):
-                    conns.append({"handle": h, "peer": c.other(r).name,
-                                  "role": "central" if c.central is r else "peripheral", "mtu": c.mtu})
-                d = dict(r.stats)
-                d.update({"conns": conns, "adv": r.adv is not None, "scan": r.scan is not None,
-                          "present": r.alive and self.radios.get(name) is r,
-                          "mtu": r.mtu, "addr": r.addr.hex()})
-                nodes[name] = d
-            links = set()
-            for r in self.radios.values():
-                for c in r.conns.values():
-                    links.add(tuple(sorted((c.central.name, c.peripheral.name))))
-            return {"ok": True, "nodes": nodes, "links": sorted(links), "global": dict(self.stats_global)}
-        if cmd in ("cut", "link") and len(parts) == 3:
-            a, b = parts[1], parts[2]
-            if cmd == "link":
-                self.range.setdefault(a, set()).add(b)
-                self.range.setdefault(b, set()).add(a)
-            else:
-                self.range.get(a, set()).discard(b)
-                self.range.get(b, set()).discard(a)
-                ra = self.radios.get(a)
-                if ra is not None:
-                    for c in list(ra.conns.values()):
-                        if c.other(ra).name == b:
-                            self.kill_conn(c, 0x08, self.supervision)
-            return {"ok": True}
-        if cmd == "kill" and len(parts) == 2:
-            r = self.radios.get(parts[1])
-            if r is None:
-                return {"ok": False, "error": "no such radio"}
-            for c in list(r.conns.values()):
-                self.kill_conn(c, 0x08, self.supervision)
-            return {"ok": True}
-        if cmd == "topology":
-            return {"ok": True, "range": {k: sorted(v) for k, v in self.range.items()}}
-        return {"ok": False, "error": "unknown command: " + line}
+    # ------------------------------------------------------------ control (radiomedium.Medium)
+    def stats(self):
+        nodes = {}
+        for name, r in self.every_radio():
+            conns = []
+            for h, c in sorted(r.conns.items()):
+                conns.append({"handle": h, "peer": c.other(r).name,
+                              "role": "central" if c.central is r else "peripheral", "mtu": c.mtu})
+            d = dict(r.stats)
+            d.update({"conns": conns, "adv": r.adv is not None, "scan": r.scan is not None,
+                      "present": self.present(name, r), "mtu": r.mtu, "addr": r.addr.hex()})
+            nodes[name] = d
+        links = set()
+        for r in self.radios.values():
+            for c in r.conns.values():
+                links.add(tuple(sorted((c.central.name, c.peripheral.name))))
+        return {"ok": True, "nodes": nodes, "links": sorted(links), "global": dict(self.stats_global)}
 
-    async def run(self, host, port, ready_cb=None):
-        self.loop = asyncio.get_running_loop()
-        server = await asyncio.start_server(self.serve_client, host, port)
-        sock = server.sockets[0]
-        addr = sock.getsockname()
-        if ready_cb:
-            ready_cb(addr)
-        adv = asyncio.ensure_future(self.adv_loop())
-        try:
-            async with server:
-                await server.serve_forever()
-        finally:
-            adv.cancel()
+    def cut(self, a, b):
+        ra = self.radios.get(a)
+        if ra is not None:
+            for c in list(ra.conns.values()):
+                if c.other(ra).name == b:
+                    self.kill_conn(c, 0x08, self.supervision)
+
+    def kill(self, r):
+        for c in list(r.conns.values()):
+            self.kill_conn(c, 0x08, self.supervision)
+
+    def background(self):
+        return (self.adv_loop(),)
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m host_tools.blemu.medium",
-                                 description="Emulated Bluetooth LE radio medium for snakemesh host nodes")
-    ap.add_argument("--topology", required=True, help="topology file (chains of node names)")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=0, help="TCP port (0: any free port)")
-    ap.add_argument("--latency-ms", type=float, default=5.0, help="one-way latency per packet")
-    ap.add_argument("--loss", type=float, default=0.0, help="link-layer packet loss probability (retransmitted)")
+    ap = RM.arguments("python -m host_tools.blemu.medium",
+                      "Emulated Bluetooth LE radio medium for snakemesh host nodes",
+                      "topology file (chains of node names)",
+                      5.0, "one-way latency per packet",
+                      "link-layer packet loss probability (retransmitted)",
+                      "per-connection, per-direction throughput")
     ap.add_argument("--mtu", type=int, default=527, help="largest ATT MTU the medium allows (23..527)")
-    ap.add_argument("--kbps", type=float, default=1000.0, help="per-connection, per-direction throughput")
-    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--supervision-ms", type=float, default=1000.0,
                     help="how long a peer takes to notice a link that went out of range")
     ap.add_argument("--conn-interval-ms", type=float, default=15.0, help="delay of one retransmission")
@@ -579,33 +472,14 @@ def main(argv=None):
                     help="retransmissions of one packet before the connection is dropped")
     a = ap.parse_args(argv)
     if not 23 <= a.mtu <= 527:
-        print("error: --mtu must be within 23..527", file=sys.stderr)
-        return 2
+        return RM.usage_error("--mtu must be within 23..527")
     if not 0.0 <= a.loss < 1.0:
-        print("error: --loss must be within [0, 1)", file=sys.stderr)
-        return 2
+        return RM.usage_error("--loss must be within [0, 1)")
     if a.kbps <= 0 or a.latency_ms < 0:
-        print("error: --kbps must be > 0 and --latency-ms >= 0", file=sys.stderr)
-        return 2
-    try:
-        topo = load_topology(a.topology)
-    except OSError as e:
-        print("error: cannot read topology %s: %s" % (a.topology, e.strerror), file=sys.stderr)
-        return 2
-    m = Medium(topo, latency_ms=a.latency_ms, loss=a.loss, mtu=a.mtu, kbps=a.kbps, seed=a.seed,
-               supervision_ms=a.supervision_ms, conn_interval_ms=a.conn_interval_ms, max_retries=a.max_retries)
-
-    def ready(addr):
-        print("blemu-medium listening on %s:%d" % (addr[0], addr[1]), flush=True)
-
-    try:
-        asyncio.run(m.run(a.host, a.port, ready))
-    except KeyboardInterrupt:
-        pass
-    except OSError as e:
-        print("error: %s" % e, file=sys.stderr)
-        return 1
-    return 0
+        return RM.usage_error("--kbps must be > 0 and --latency-ms >= 0")
+    return RM.serve_main(a, "blemu-medium", load_topology, lambda topo: Medium(
+        topo, latency_ms=a.latency_ms, loss=a.loss, mtu=a.mtu, kbps=a.kbps, seed=a.seed,
+        supervision_ms=a.supervision_ms, conn_interval_ms=a.conn_interval_ms, max_retries=a.max_retries))
 
 
 if __name__ == "__main__":

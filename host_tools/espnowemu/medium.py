@@ -28,15 +28,12 @@ of malformed input and floods from many MACs), `loss P`.
 
 The first line printed on stdout is `espnow-medium listening on HOST:PORT`.
 """
-import argparse
-import asyncio
 import collections
 import hashlib
-import json
-import random
 import struct
 import sys
 
+from host_tools import radiomedium as RM
 from host_tools.espnowemu import espnow as E
 
 AIR_OVERHEAD = 43
@@ -54,13 +51,7 @@ def load_topology(path):
             toks = s.split()
             if "@espnow" not in toks:
                 continue
-            names = [t for t in toks if not t.startswith("@")]
-            for n in names:
-                rng.setdefault(n, set())
-            for a, b in zip(names, names[1:]):
-                if a != b:
-                    rng[a].add(b)
-                    rng[b].add(a)
+            RM.add_chain(rng, [t for t in toks if not t.startswith("@")])
     return rng
 
 
@@ -71,106 +62,47 @@ def mac_for(name):
     return bytes(a)
 
 
-class Radio:
+class Radio(RM.Radio):
     def __init__(self, name, channel, writer):
-        self.name = name
+        RM.Radio.__init__(self, name, writer)
         self.channel = channel
-        self.writer = writer
         self.mac = mac_for(name)
-        self.alive = True
         self.busy_until = 0.0
-        self.stats = collections.Counter()
-
-    def send(self, fr):
-        if self.alive:
-            try:
-                self.writer.write(fr)
-            except Exception:
-                self.alive = False
 
 
-class Medium:
+class Medium(RM.Medium):
+    LABEL = "espnow-medium"
+    OP_HELLO, OP_CTL, OP_HELLO_ACK, OP_ERROR, OP_CTL_REPLY = (
+        E.OP_HELLO, E.OP_CTL, E.OP_HELLO_ACK, E.OP_ERROR, E.OP_CTL_REPLY)
+    NOT_IN_RANGE = "has no @espnow edge (no neighbours)"
+
     def __init__(self, topology, latency_ms=2.0, loss=0.0, kbps=1000.0, retries=2, seed=1):
-        self.range = topology
-        self.latency = latency_ms / 1000.0
-        self.loss = loss
+        RM.Medium.__init__(self, topology, latency_ms, loss, seed)
         self.kbps = kbps
         self.retries = retries
-        self.rng = random.Random(seed)
-        self.radios = {}
         self.by_mac = {}
-        self.departed = {}
-        self.loop = None
         self.g = collections.Counter()
 
     def hears(self, a, b):
         return a is not b and b.alive and a.channel == b.channel and b.name in self.range.get(a.name, ())
 
-    async def serve(self, reader, writer):
-        buf = bytearray()
-        radio = None
-        try:
-            while True:
-                d = await reader.read(65536)
-                if not d:
-                    break
-                buf += d
-                while len(buf) >= 3:
-                    n = (buf[0] << 8) | buf[1]
-                    if n < 1:
-                        writer.write(E.frame(E.OP_ERROR, b"zero-length message"))
-                        return
-                    if len(buf) < 2 + n:
-                        break
-                    op = buf[2]
-                    body = bytes(buf[3:2 + n])
-                    del buf[:2 + n]
-                    if op == E.OP_CTL:
-                        writer.write(E.frame(E.OP_CTL_REPLY, json.dumps(self.control(body.decode())).encode()))
-                        continue
-                    if radio is None:
-                        if op != E.OP_HELLO or len(body) < 2:
-                            writer.write(E.frame(E.OP_ERROR, b"first message must be HELLO"))
-                            return
-                        radio = self.hello(body[1:].decode(), body[0], writer)
-                        if radio is None:
-                            return
-                        continue
-                    try:
-                        self.handle(radio, op, body)
-                    except (struct.error, IndexError, ValueError) as e:
-                        radio.stats["bad_messages"] += 1
-                        print("espnow-medium: bad message op=%d from %s: %s" % (op, radio.name, e),
-                              file=sys.stderr)
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            if radio is not None:
-                radio.alive = False
-                if self.radios.get(radio.name) is radio:
-                    del self.radios[radio.name]
-                    self.by_mac.pop(radio.mac, None)
-                    self.departed[radio.name] = radio
-            try:
-                writer.close()
-            except Exception:
-                pass
-
-    def hello(self, name, channel, writer):
-        old = self.radios.get(name)
-        if old is not None and old.alive:
-            writer.write(E.frame(E.OP_ERROR, ("radio name already connected: " + name).encode()))
+    # ------------------------------------------------------------ radios (radiomedium.Medium)
+    def hello_args(self, body):
+        if len(body) < 2:
             return None
-        r = Radio(name, channel, writer)
-        prev = self.departed.pop(name, None)
-        if prev is not None:
-            r.stats = prev.stats
-        if name not in self.range:
-            print("espnow-medium: %s has no @espnow edge (no neighbours)" % name, file=sys.stderr)
-        self.radios[name] = r
+        return body[1:].decode(), body[0]      # name, channel
+
+    def new_radio(self, writer, name, channel):
+        return Radio(name, channel, writer)
+
+    def registered(self, r):
         self.by_mac[r.mac] = r
-        writer.write(E.frame(E.OP_HELLO_ACK, r.mac))
-        return r
+
+    def forget(self, r):
+        self.by_mac.pop(r.mac, None)
+
+    def hello_ack(self, r):
+        return r.mac
 
     def handle(self, r, op, b):
         if op == E.OP_CHANNEL:
@@ -232,39 +164,22 @@ class Medium:
             r.stats["tx_fail"] += 1
         self.loop.call_at(t, r.send, E.frame(E.OP_STATUS, struct.pack(">HB", tok, 1 if acked else 0)))
 
-    def control(self, line):
-        p = line.split()
-        if not p:
-            return {"ok": False, "error": "empty command"}
-        c = p[0]
-        if c == "stats":
-            every = dict(self.departed)
-            every.update(self.radios)
-            nodes = {}
-            for n, r in sorted(every.items()):
-                d = dict(r.stats)
-                d.update({"mac": r.mac.hex(), "channel": r.channel,
-                          "present": r.alive and self.radios.get(n) is r})
-                nodes[n] = d
-            return {"ok": True, "nodes": nodes, "global": dict(self.g)}
-        if c in ("cut", "link") and len(p) == 3:
-            a, b = p[1], p[2]
-            if c == "link":
-                self.range.setdefault(a, set()).add(b)
-                self.range.setdefault(b, set()).add(a)
-            else:
-                self.range.get(a, set()).discard(b)
-                self.range.get(b, set()).discard(a)
-            return {"ok": True}
-        if c == "kill" and len(p) == 2:
-            r = self.radios.get(p[1])
-            if r is None:
-                return {"ok": False, "error": "no such radio"}
-            try:
-                r.writer.close()
-            except Exception:
-                pass
-            return {"ok": True}
+    # ------------------------------------------------------------ control (radiomedium.Medium)
+    def stats(self):
+        nodes = {}
+        for n, r in self.every_radio():
+            d = dict(r.stats)
+            d.update({"mac": r.mac.hex(), "channel": r.channel, "present": self.present(n, r)})
+            nodes[n] = d
+        return {"ok": True, "nodes": nodes, "global": dict(self.g)}
+
+    def kill(self, r):
+        try:
+            r.writer.close()
+        except Exception:
+            pass
+
+    def command(self, c, p):
         if c == "loss" and len(p) == 2:
             self.loss = float(p[1])
             return {"ok": True}
@@ -279,55 +194,24 @@ class Medium:
                 return {"ok": False, "error": "no such radio or bad mac"}
             o.send(E.frame(E.OP_RX, src + struct.pack(">b", -40) + data))
             return {"ok": True}
-        if c == "topology":
-            return {"ok": True, "range": {k: sorted(v) for k, v in self.range.items()}}
-        return {"ok": False, "error": "unknown command: " + line}
-
-    async def run(self, host, port, ready_cb=None):
-        self.loop = asyncio.get_running_loop()
-        server = await asyncio.start_server(self.serve, host, port)
-        if ready_cb:
-            ready_cb(server.sockets[0].getsockname())
-        async with server:
-            await server.serve_forever()
+        return None
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m host_tools.espnowemu.medium",
-                                 description="Emulated ESP-NOW radio medium for snakemesh host nodes")
-    ap.add_argument("--topology", required=True, help="topology file (its @espnow lines)")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=0, help="TCP port (0: any free port)")
-    ap.add_argument("--latency-ms", type=float, default=2.0, help="one-way latency per frame")
-    ap.add_argument("--loss", type=float, default=0.0, help="loss probability of each frame and ack")
-    ap.add_argument("--kbps", type=float, default=1000.0, help="air rate per sender (ESP-NOW default: 1 Mbit/s)")
+    ap = RM.arguments("python -m host_tools.espnowemu.medium",
+                      "Emulated ESP-NOW radio medium for snakemesh host nodes",
+                      "topology file (its @espnow lines)",
+                      2.0, "one-way latency per frame",
+                      "loss probability of each frame and ack",
+                      "air rate per sender (ESP-NOW default: 1 Mbit/s)")
     ap.add_argument("--retries", type=int, default=2, help="MAC retransmissions of an unacked unicast")
-    ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args(argv)
     if not 0.0 <= a.loss < 1.0:
-        print("error: --loss must be within [0, 1)", file=sys.stderr)
-        return 2
+        return RM.usage_error("--loss must be within [0, 1)")
     if a.kbps <= 0 or a.latency_ms < 0 or a.retries < 0:
-        print("error: --kbps must be > 0, --latency-ms and --retries >= 0", file=sys.stderr)
-        return 2
-    try:
-        topo = load_topology(a.topology)
-    except OSError as e:
-        print("error: cannot read topology %s: %s" % (a.topology, e.strerror), file=sys.stderr)
-        return 2
-    m = Medium(topo, a.latency_ms, a.loss, a.kbps, a.retries, a.seed)
-
-    def ready(addr):
-        print("espnow-medium listening on %s:%d" % (addr[0], addr[1]), flush=True)
-
-    try:
-        asyncio.run(m.run(a.host, a.port, ready))
-    except KeyboardInterrupt:
-        pass
-    except OSError as e:
-        print("error: %s" % e, file=sys.stderr)
-        return 1
-    return 0
+        return RM.usage_error("--kbps must be > 0, --latency-ms and --retries >= 0")
+    return RM.serve_main(a, "espnow-medium", load_topology,
+                         lambda topo: Medium(topo, a.latency_ms, a.loss, a.kbps, a.retries, a.seed))
 
 
 if __name__ == "__main__":
