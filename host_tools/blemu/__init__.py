@@ -7,7 +7,9 @@
 - `medium.py`: the radio medium (CPython process) the emulated radios connect
   to; it decides who is in range (topology file) and applies MTU, latency,
   throughput and loss.
-- `proto.py`: the message format shared by the two (no CPython-only code).
+- `_blemu_proto.py`: the message format shared by the two (no CPython-only
+  code); the medium's server loop and command line are host_tools/radiomedium.py,
+  shared with the ESP-NOW medium.
 
 See docs/reference/BLE.md.
 """

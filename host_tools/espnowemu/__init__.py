@@ -8,7 +8,8 @@
 - `aioespnow.py`: the documented asyncio wrapper (AIOESPNow).
 - `medium.py`: the radio medium (CPython process) the emulated radios
   connect to: who hears whom (`@espnow` topology edges), channel, loss,
-  airtime and latency, the radio-level ack.
+  airtime and latency, the radio-level ack; its server loop and command
+  line are host_tools/radiomedium.py, shared with the BLE medium.
 
 See docs/reference/ESPNOW.md.
 """
