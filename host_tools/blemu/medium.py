@@ -46,10 +46,10 @@ ADV_TICK_S = 0.05
 
 
 def load_topology(path):
-    """-> dict name -> set(names in range). Raises ValueError with a line number."""
+    """-> dict name -> set(names in range), from the untagged and `@ble ` lines."""
     rng = {}
     with open(path) as f:
-        for lineno, line in enumerate(f, 1):
+        for line in f:
             s = line.strip()
             if not s or s.startswith("#"):
                 continue
