@@ -4,10 +4,14 @@ records `monitor` writes, in rotating files with a nodes.json of who was
 heard when; with a broker, an MQTT bridge (paho-mqtt).
 
 Telemetry datagrams (service telesink.SERVICE) are what
-firmware/snake/runtime/telesink.py sends: one record or a part of one
-(`"m":1`: more parts follow), whole or a delta (`"d":1`: only the fields
-that changed, merged here into the last record of that node and kind).
-docs/guides/GATEWAY.md describes both for users.
+firmware/snake/runtime/telesink.py sends: the records of a period in a
+binary form (CBOR with the field names of telesink.NAMES as indices,
+decode()), each whole or a delta (only the fields that changed, merged here
+into the last record of that node and kind, objects entry by entry), a
+record larger than a datagram in parts. A payload starting with "{" is
+the JSON of a node on older firmware (one record or a part of one, `"d":1`
+a delta, `"m":1` more parts follow). docs/guides/GATEWAY.md describes both
+for users.
 """
 import binascii
 import json
@@ -15,7 +19,7 @@ import os
 import threading
 import time
 
-SERVICE = 30                 # firmware/snake/runtime/telesink.py SERVICE
+from snake.runtime.telesink import SERVICE, FORMAT, F_DELTA, F_MORE, NAMES
 SCHEMA_VERSION = 1
 ROTATE_BYTES = 8 * 1024 * 1024
 FILE_PREFIX = "telemetry-"
@@ -101,6 +105,131 @@ class Capture(object):
                       if n.startswith(FILE_PREFIX) and n.endswith(".jsonl"))
 
 
+class _Reader(object):
+    """The CBOR subset telesink writes (RFC 8949): unsigned and negative
+    integers, byte strings (hex text in the record), text, arrays, maps
+    (definite and indefinite length), false, true, null, float64. Map keys
+    that are integers name an entry of NAMES."""
+
+    def __init__(self, data, pos=0):
+        self.d = data
+        self.p = pos
+
+    def byte(self):
+        if self.p >= len(self.d):
+            raise ValueError("truncated")
+        b = self.d[self.p]
+        self.p += 1
+        return b
+
+    def take(self, n):
+        if self.p + n > len(self.d):
+            raise ValueError("truncated")
+        v = self.d[self.p:self.p + n]
+        self.p += n
+        return v
+
+    def head(self, ib=None):
+        if ib is None:
+            ib = self.byte()
+        major, ai = ib >> 5, ib & 31
+        if ai < 24:
+            return major, ai
+        if ai > 27:
+            if ai == 31 and major in (4, 5, 7):
+                return major, None           # indefinite length / break
+            raise ValueError("bad CBOR head 0x%02x" % ib)
+        return major, int.from_bytes(self.take(1 << (ai - 24)), "big")
+
+    def name(self):
+        major, n = self.head()
+        if major == 0:
+            if n >= len(NAMES):
+                raise ValueError("unknown name index %d" % n)
+            return NAMES[n]
+        if major == 3 and n is not None:
+            return self.take(n).decode("utf-8")
+        raise ValueError("a name is an index or text")
+
+    def at_break(self):
+        if self.p < len(self.d) and self.d[self.p] == 0xFF:
+            self.p += 1
+            return True
+        return False
+
+    def map(self, n):
+        out = {}
+        while True:
+            if n is None:
+                if self.at_break():
+                    return out
+            elif len(out) >= n:
+                return out
+            k = self.name()
+            out[k] = self.value()
+
+    def value(self):
+        ib = self.byte()
+        if ib == 0xF6:
+            return None
+        if ib == 0xF5:
+            return True
+        if ib == 0xF4:
+            return False
+        if ib == 0xFB:
+            import struct
+            return struct.unpack(">d", self.take(8))[0]
+        major, n = self.head(ib)
+        if major == 0 and n is not None:
+            return n
+        if major == 1 and n is not None:
+            return -1 - n
+        if major == 2 and n is not None:
+            return binascii.hexlify(self.take(n)).decode()
+        if major == 3 and n is not None:
+            return self.take(n).decode("utf-8")
+        if major == 4:
+            out = []
+            while (len(out) < n) if n is not None else not self.at_break():
+                out.append(self.value())
+            return out
+        if major == 5:
+            return self.map(n)
+        raise ValueError("unexpected CBOR item 0x%02x" % ib)
+
+
+def decode(data):
+    """A telemetry datagram of telesink's binary form -> (up, [(kind,
+    fields, delta, more)]). ValueError: not one (UnicodeDecodeError for
+    text that is not UTF-8)."""
+    if not data or data[0] != FORMAT:
+        raise ValueError("not a telemetry payload")
+    r = _Reader(bytes(data), 1)
+    major, up = r.head()
+    if major != 0 or up is None:
+        raise ValueError("no uptime")
+    recs = []
+    while r.p < len(r.d):
+        flags = r.byte()
+        kind = r.name()
+        major, n = r.head()
+        if major != 5:
+            raise ValueError("a record's fields are a map")
+        fields = r.map(n)
+        recs.append((kind, fields, bool(flags & F_DELTA), bool(flags & F_MORE)))
+    return up, recs
+
+
+def _merge(held, delta):
+    # a delta's object merges into the one held, entry by entry, at every depth
+    out = dict(held)
+    for k, v in delta.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            v = _merge(out[k], v)
+        out[k] = v
+    return out
+
+
 class Assembler(object):
     """Telemetry datagrams -> whole records (deltas and parts merged)."""
 
@@ -114,22 +243,32 @@ class Assembler(object):
         telemetry object."""
         if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str):
             raise ValueError("not a telemetry object (no kind)")
-        kind = obj["kind"]
+        fields = dict((f, v) for f, v in obj.items() if f not in ("kind", "d", "m"))
+        return self.add_record(src, obj["kind"], fields, bool(obj.get("d")), bool(obj.get("m")), now)
+
+    def add_datagram(self, src, data, now):
+        """One binary telemetry datagram (decode()) -> the whole records it
+        completes."""
+        up, recs = decode(data)
+        out = []
+        for kind, fields, delta, more in recs:
+            if "up" not in fields:
+                fields["up"] = up
+            rec = self.add_record(src, kind, fields, delta, more, now)
+            if rec is not None:
+                out.append(rec)
+        return out
+
+    def add_record(self, src, kind, fields, delta, more, now):
         k = (src, kind)
         cur = self.open.pop(k, None)
-        delta = bool(obj.get("d"))
         if cur is None:
             cur = dict(self.last.get(k) or {}) if delta else {}
-        for f, v in obj.items():
-            if f in ("kind", "d", "m"):
-                continue
-            if delta and isinstance(v, dict) and isinstance(cur.get(f), dict):
-                # a delta carries only the entries of an object that changed
-                merged = dict(cur[f])
-                merged.update(v)
-                v = merged
-            cur[f] = v
-        if obj.get("m"):
+        if delta:
+            cur = _merge(cur, fields)
+        else:
+            cur.update(fields)
+        if more:
             self.open[k] = cur
             return None
         self.last[k] = cur
@@ -314,22 +453,32 @@ class Gateway(object):
             if self.bridge is not None:
                 self.bridge.publish("snakemesh/up/%s/%d" % (src, service), data)
             return
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            self.bad("bad_telemetry", "telemetry from %s dropped: not UTF-8 text" % src[:16])
-            return
-        try:
-            rec = self.asm.add(src, json.loads(text), now)
-        except ValueError as e:
-            self.bad("bad_telemetry", "telemetry from %s dropped: %s" % (src[:16], str(e).split(":")[0]))
-            return
-        if rec is None:
-            return
-        self.counts["telemetry"] += 1
-        self.capture.write(rec)
-        if self.bridge is not None:
-            self.bridge.publish("snakemesh/telemetry/%s" % src, json.dumps(rec, separators=(",", ":")))
+        if data[:1] == bytes([FORMAT]):
+            try:
+                recs = self.asm.add_datagram(src, data, now)
+            except UnicodeDecodeError:
+                self.bad("bad_telemetry", "telemetry from %s dropped: text that is not UTF-8" % src[:16])
+                return
+            except ValueError as e:
+                self.bad("bad_telemetry", "telemetry from %s dropped: %s" % (src[:16], e))
+                return
+        else:
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                self.bad("bad_telemetry", "telemetry from %s dropped: not UTF-8 text" % src[:16])
+                return
+            try:
+                rec = self.asm.add(src, json.loads(text), now)
+            except ValueError as e:
+                self.bad("bad_telemetry", "telemetry from %s dropped: %s" % (src[:16], str(e).split(":")[0]))
+                return
+            recs = [rec] if rec is not None else []
+        for rec in recs:
+            self.counts["telemetry"] += 1
+            self.capture.write(rec)
+            if self.bridge is not None:
+                self.bridge.publish("snakemesh/telemetry/%s" % src, json.dumps(rec, separators=(",", ":")))
 
     # -- downlink -----------------------------------------------------------------
     def _downlink(self, topic, payload):

@@ -411,7 +411,7 @@ def counters_fields(c):
     if t is not None:
         tt = {}
         for k in t:
-            if k != "hashes" and k != "n":
+            if k != "digests" and k != "n":
                 tt[k] = t[k]
     d["telemetry"] = tt
     return d
