@@ -19,6 +19,13 @@ the mesh, each pending ~22 s until it fails), sends acked datagrams to the
 next node (delivered: the receiver's memory of delivered datagrams fills),
 and receives from a scripted peer the first fragment of a datagram of its
 profile's dgram_max every round (its reassembly slots stay in flight).
+With telemetry=S every node sends its telemetry over the mesh every S
+seconds (issue 26) to a gateway's stand-in: its first scripted peer (a
+board is never the sink in the field, a gateway is: so no node receives
+datagrams and builds the datagram layer for them; a scripted peer a hop
+away, since the flood keeps the routing tables full of other keys); the
+datagrams that reach it are decoded as the gateway decodes them
+(host_tools/gateway.py) and counted per node (res.tele_rx).
 
     res = run(profile, variant, heap, seconds, out_dir)
     profile: a board name (boards/NAME/profile.json) or a profile file
@@ -103,6 +110,8 @@ class Filler(object):
         # flight: run(datagrams=True)), or None
         self.extra = None
         self.connected = 0
+        self.peers = []           # (node index, j, FakePeer) in use
+        self.retired = []         # FakePeers the node closed (their traffic counts too)
         self.redialled = 0        # scripted peers dialled again after the node closed them
         self.redial_failed = 0
         # (the third seed byte is 0 below 256 keys, so smaller profiles
@@ -134,7 +143,7 @@ class Filler(object):
         return p
 
     async def _run(self):
-        peers = []
+        peers = self.peers
         for i, (port, _) in enumerate(self.targets):
             for j in range(self.fakes):
                 p = FakePeer(bytes([0x70 + i, 0x10 + j]) + bytes(30), "127.0.0.1", port)
@@ -162,6 +171,7 @@ class Filler(object):
                     # too slowly on a loaded machine counts as a stall, and
                     # every scripted peer shares one source address): dial
                     # again, at most once a round, so the peers table fills
+                    self.retired.append(p)
                     p = await self._redial(i, j)
                     if p is None:
                         continue
@@ -189,6 +199,31 @@ class Filler(object):
 
 class Result(object):
     pass
+
+
+def sink_seed(i):
+    """The seed of the first scripted peer of node i (Filler)."""
+    return bytes([0x70 + i, 0x10]) + bytes(30)
+
+
+def telemetry_received(filler, names_by_key):
+    """{node name: telemetry datagrams that reached the scripted peers and
+    decode as the gateway decodes them}, and how many did not decode."""
+    from host_tools.gateway import SERVICE, decode
+    got = {}
+    bad = 0
+    for p in [p for _, _, p in filler.peers] + filler.retired:
+        for src, payload in list(p.traffic):
+            if payload[:2] != b"SD" or len(payload) < 17 or payload[5:7] != bytes([SERVICE >> 8, SERVICE & 0xFF]):
+                continue
+            try:
+                decode(payload[17:])
+            except ValueError:
+                bad += 1
+                continue
+            n = names_by_key.get(src.hex(), src.hex()[:8])
+            got[n] = got.get(n, 0) + 1
+    return got, bad
 
 
 def _req(m, name, cmd):
@@ -232,9 +267,8 @@ def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None, datagram
     if telemetry:
         # telemetry over the mesh every `telemetry` s (issue 26): the first
         # node is the sink of the others, the second the first's
-        first, second = m.names[0], m.names[1]
-        m.node_args = dict((n, ["--sink", m.hexkey(second if n == first else first),
-                                "--telemetry", "%g" % telemetry]) for n in m.names)
+        m.node_args = dict((n, ["--sink", bytes(Signer(sink_seed(i)).public).hex(), "--telemetry", "%g" % telemetry])
+                           for i, n in enumerate(m.names))
     with m:
         names = list(m.names)
         res.names = names
@@ -308,6 +342,8 @@ def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None, datagram
             res.logs = dict((n, "\n".join(l.decode("utf-8", "replace") for l in m.nodes[n].lines))
                             for n in names)
             res.sent = dict(filler.sent)
+            if telemetry:
+                res.tele_rx, res.tele_bad = telemetry_received(filler, dict((m.hexkey(n), n) for n in names))
         finally:
             filler.stop.set()
             filler.thread.join(10)
@@ -382,6 +418,8 @@ def problems(res):
             if res.peak.get((n, "dgram_" + t), 0) != res.dgram_cap[t]:
                 out.append("%s: datagram %s never full (peak %d of %d)"
                            % (n, t, res.peak.get((n, "dgram_" + t), 0), res.dgram_cap[t]))
+        if getattr(res, "telemetry", None) and not res.tele_rx.get(n):
+            out.append("%s: none of its telemetry reached the sink" % n)
         st = steady(res, n)
         if not st:
             out.append("%s: peers and routes never full at a sample" % n)
@@ -427,7 +465,9 @@ def report(res):
                             sum(v for k2, v in dg.items() if k2.startswith("failed_")), dg.get("received"),
                             dg.get("reasm_refused")))
         if getattr(res, "telemetry", None):
-            lines.append("     telemetry to the sink: %s" % (res.stats[n].get("telemetry"),))
+            lines.append("     telemetry to the sink: %s; datagrams received there %d%s"
+                         % (res.stats[n].get("telemetry"), res.tele_rx.get(n, 0),
+                            " (%d did not decode, every node)" % res.tele_bad if res.tele_bad else ""))
         parts = f.get("parts") or {}
         lines.append("     used %d B: %s" % (f["used"], ", ".join(
             "%s %d" % kv for kv in sorted(parts.items(), key=lambda kv: -kv[1]))))

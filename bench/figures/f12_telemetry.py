@@ -10,8 +10,9 @@ per second (every frame type but traffic), and the payload bytes one
 period sends per node (node counter `telemetry.bytes`). The telemetry
 bytes per second at the profile's period (telemetry_s, 60 s on the boards)
 follow from the bytes per period measured here: per period the node sends
-the same records (every 10th period whole, the others deltas), so the
-rate scales with 1/period. Target: <= 10 % of control traffic.
+the same records (one datagram of deltas, each record kind whole every
+10th period), so the rate scales with 1/period. Target: <= 10 % of
+control traffic.
 """
 import os
 import tempfile
@@ -35,7 +36,7 @@ def run(ctx):
     from host_tools.procmesh.mesh import ProcessMesh
     from host_tools.commands.demo import DEMO_TOPOLOGY
     seconds = 40.0 if ctx.quick else 110.0
-    with tempfile.TemporaryDirectory(prefix="f11_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="f12_") as tmp:
         m = ProcessMesh(DEMO_TOPOLOGY, os.path.join(tmp, "mesh"), seed=7)
         sink = m.hexkey(m.names[0])
         m.node_args = dict((n, ["--sink", sink, "--telemetry", "%g" % PERIOD]) for n in m.names)
@@ -71,7 +72,7 @@ def run(ctx):
             "traffic frames sent (relays included); payload %.0f B/s per sender"
             % (payload / float(len(senders)) / el)),
         row("telemetry bytes on the wire per sender per period", round(per_period), "B", None, None,
-            "deltas, every 10th period whole"),
+            "one datagram of deltas, each kind whole every 10th period; relays included"),
         row("telemetry per node at the profile's %g s, share of control" % PROFILE_PERIOD,
             round(100.0 * ratio, 1) if ratio is not None else None, "%", "<= 10 %",
             ratio is not None and ratio <= 0.10,
