@@ -71,6 +71,9 @@ def _consts(path):
 @pytest.mark.parametrize("cold,hot,shared", [
     ("snake/runtime/ble_cold.py", "snake/runtime/ble.py", {"_N_CANDIDATES", "_FREE", "_CENTRAL"}),
     ("snake/runtime/probing.py", "snake/runtime/probe.py", {"_SLOTS"}),
+    # two cold modules: cmds.py reads what telesink.py keeps on the node
+    ("snake/runtime/cmds.py", "snake/runtime/telesink.py", {"_T_SINK", "_T_SENT", "_T_BYTES", "_T_DEFERRED",
+                                                            "_T_FAILED", "_T_TOO_BIG", "_T_NO_SINK"}),
 ])
 def test_cold_halves_copy_their_hot_halfs_constants_exactly(cold, hot, shared):
     # a const() with a leading underscore is no module attribute on

@@ -76,6 +76,11 @@ class _Node(object):
         return self.router.sent
 
 
+def _st(node):
+    # what the node keeps between periods, by name
+    return dict(zip(telesink.FIELDS, node.tele))
+
+
 def _records(up, rx, peers):
     node = ME.hex()
     st = {"v": 1, "kind": "state", "up": up, "node": node, "root": GW.hex(), "root_seq": 3,
@@ -143,8 +148,8 @@ def test_records_arrive_whole_in_one_datagram_and_deltas_are_small():
     json_whole = sum(len(json.dumps(r, separators=(",", ":"))) for r in _records(0, 100, peers))
     assert whole < json_whole / 2                       # binary: names as indices, keys as bytes
     assert max(sizes[i] for i in (1, 2, 5, 6, 8, 9)) < 60        # deltas: a few bytes of what changed
-    st = node.tele
-    assert st["sent"] == 24 and st["failed"] == 0 and st["sink"] == GW.hex()
+    st = _st(node)
+    assert st["sent"] == 24 and st["failed"] == 0 and st["sink"] == GW
 
 
 def test_the_datagram_is_one_fragment_without_ack_as_the_layer_writes_it():
@@ -178,7 +183,7 @@ def test_a_record_larger_than_a_datagram_goes_in_parts():
     # the peers list (4 peers) and counters' "big"
     assert "big" not in kinds["counters"] and "peers" not in kinds["peers"]
     assert _strip(kinds["counters"]) == dict((k, v) for k, v in recs[1].items() if k != "big")
-    assert node.tele["too_big"] >= 2
+    assert _st(node)["too_big"] >= 2
 
 
 def test_the_byte_budget_defers_records_and_none_starves():
@@ -194,7 +199,7 @@ def test_the_byte_budget_defers_records_and_none_starves():
         # but the first record of a period always goes
         assert kinds and (payload <= 100 + 3 or len(kinds) == 1), (payload, kinds)
         seen.update(kinds)
-    assert node.tele["deferred"] > 0
+    assert _st(node)["deferred"] > 0
     assert seen == {"state", "counters", "peers"}
 
 
@@ -202,7 +207,7 @@ def test_the_sink_without_configuration_is_a_gateway_keyed_root():
     node = _Node(root=OTHER_ROOT)
     node.console.recs = _records(1, 1, [])
     telesink.period(node, None)
-    assert node.sent == [] and node.tele["no_sink"] == 1       # the root is no gateway
+    assert node.sent == [] and _st(node)["no_sink"] == 1       # the root is no gateway
     node.router.tree.root = GW
     telesink.period(node, None)
     assert node.sent and all(dst == GW for dst, _ in node.sent)
@@ -225,7 +230,7 @@ def test_a_failed_send_is_counted_and_the_next_period_goes_whole():
     node.router.fail = True
     node.console.recs = _records(2, 2, [])
     telesink.period(node, None)
-    assert node.tele["failed"] == 1 and node.tele["sent"] == 1
+    assert _st(node)["failed"] == 1 and _st(node)["sent"] == 1
     node.router.fail = False
     node.console.recs = _records(3, 3, [])
     telesink.period(node, None)
@@ -239,7 +244,7 @@ def test_a_frame_too_large_for_the_router_is_a_failed_send():
     node = _Node(frame_max=50)
     node.console.recs = _records(1, 1, [])
     telesink.period(node, None)
-    assert node.tele["failed"] == 1 and node.sent == []
+    assert _st(node)["failed"] == 1 and node.sent == []
 
 
 def test_capture_rotates_and_keeps_who_was_heard_when(tmp_path):
@@ -385,7 +390,8 @@ def test_every_name_of_a_nodes_records_has_an_index():
                 report.DGRAM_STATS):
         assert set(tab) <= set(telesink.NAMES), set(tab) - set(telesink.NAMES)
     assert len(set(telesink.NAMES)) == len(telesink.NAMES)
-    assert set(telesink.new_state()) - {"digests", "n"} <= set(telesink.NAMES)
+    assert len(telesink.new_state()) == len(telesink.FIELDS)
+    assert set(telesink.FIELDS) - {"digests", "n"} <= set(telesink.NAMES)
 
 
 def test_bad_binary_telemetry_is_one_line_and_counted(tmp_path):

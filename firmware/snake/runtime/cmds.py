@@ -20,6 +20,14 @@ report = platform.cold("snake.report")
 COMMANDS = ("help", "version", "status", "peers", "tree", "snake", "routes", "stats",
             "mem", "ping", "trace", "telemetry", "send", "put", "recv")
 _MAX_ID = const(16)
+# node.tele, what snake/runtime/telesink.py keeps between periods: copies of its indices
+_T_SINK = const(1)
+_T_SENT = const(3)
+_T_BYTES = const(4)
+_T_DEFERRED = const(5)
+_T_FAILED = const(6)
+_T_TOO_BIG = const(7)
+_T_NO_SINK = const(8)
 PING_MAX = 100
 TELEMETRY_MIN_S = 0.1
 TELEMETRY_MAX_S = 86400
@@ -409,10 +417,10 @@ def counters_fields(c):
     t = c.node.tele
     tt = None
     if t is not None:
-        tt = {}
-        for k in t:
-            if k != "digests" and k != "n":
-                tt[k] = t[k]
+        k = t[_T_SINK]
+        tt = {"sink": platform.hexstr(k) if k is not None else None, "sent": t[_T_SENT],
+              "bytes": t[_T_BYTES], "deferred": t[_T_DEFERRED], "failed": t[_T_FAILED],
+              "too_big": t[_T_TOO_BIG], "no_sink": t[_T_NO_SINK]}
     d["telemetry"] = tt
     return d
 

@@ -42,6 +42,7 @@
 import binascii
 
 from snake import platform
+from snake.platform import const
 from snake.profile import DGRAM_HDR, dgram_frag
 
 SERVICE = 30
@@ -88,19 +89,26 @@ NAMES = (
 )
 
 
+# What the node keeps between periods (node.tele): a plain list, so that
+# it holds no code of this module, and a small one (a list of ints, not a
+# dict of names). counters_fields (snake/runtime/cmds.py, its copies of
+# these indices) shows every entry but the digests and the periods in the
+# `counters` record, by the names of FIELDS.
+FIELDS = ("n", "sink", "digests", "sent", "bytes", "deferred", "failed", "too_big", "no_sink")
+_T_N = const(0)          # periods
+_T_SINK = const(1)       # the sink's key in use
+_T_DIGESTS = const(2)    # per kind (NAMES index < _KINDS): shape digest, then one per value as last sent
+_T_SENT = const(3)       # datagrams handed to the mesh
+_T_BYTES = const(4)      # their payload bytes
+_T_DEFERRED = const(5)   # records left for a later period (budget)
+_T_FAILED = const(6)     # sends that failed at once (no route, queue full, too big)
+_T_TOO_BIG = const(7)    # fields larger than one datagram (left out)
+_T_NO_SINK = const(8)    # periods without a sink (auto found none)
+_KINDS = const(3)        # state, counters, peers: the kinds remembered (another goes whole)
+
+
 def new_state():
-    # a plain dict, so that what the node keeps between periods holds no
-    # code of this module; counters_fields (snake/runtime/cmds.py) shows
-    # every entry but "digests" and "n" in the `counters` record
-    return {"digests": {},   # kind -> bytearray: shape digest, then one per value as last sent
-            "n": 0,          # periods
-            "sink": None,    # hex key of the sink in use
-            "sent": 0,       # datagrams handed to the mesh
-            "bytes": 0,      # their payload bytes
-            "deferred": 0,   # records left for a later period (budget)
-            "failed": 0,     # sends that failed at once (no route, queue full, too big)
-            "too_big": 0,    # fields larger than one datagram (left out)
-            "no_sink": 0}    # periods without a sink (auto found none)
+    return [0, None, [None] * _KINDS, 0, 0, 0, 0, 0, 0]
 
 
 def find_sink(node, sink):
@@ -153,7 +161,7 @@ def _shape(d, top):
     return n, h
 
 
-class Frame:
+class _Frame:
     """One datagram being built in a bytearray: the datagram header, FORMAT,
     `up`, records. Writing past the end raises _Full."""
 
@@ -317,7 +325,7 @@ def _send(node, key, f, st):
     of docs/reference/DATAGRAMS.md), straight to the router."""
     b = f.b
     n = f.pos - DGRAM_HDR
-    i = st["n"] & 0xFFFF
+    i = st[_T_N] & 0xFFFF
     b[0] = 0x53           # "SD": a datagram
     b[1] = 0x44
     b[2] = 1              # version
@@ -340,10 +348,10 @@ def _send(node, key, f, st):
     except ValueError:    # wire.WireError: larger than this node's frames
         ok = False
     if not ok:
-        st["failed"] += 1
+        st[_T_FAILED] += 1
         raise _Failed()
-    st["sent"] += 1
-    st["bytes"] += n
+    st[_T_SENT] += 1
+    st[_T_BYTES] += n
 
 
 def _record(node, key, st, f, kind, rec, old, new, parts):
@@ -381,7 +389,7 @@ def _record(node, key, st, f, kind, rec, old, new, parts):
                     raise
             if not n:
                 # alone in a datagram and still too large: left out
-                st["too_big"] += 1
+                st[_T_TOO_BIG] += 1
                 f.leaf = l0 + _count(v)
                 break
             f.b[fl] |= F_MORE
@@ -397,31 +405,38 @@ def _record(node, key, st, f, kind, rec, old, new, parts):
     return n
 
 
+def _forget(st):
+    d = st[_T_DIGESTS]
+    i = 0
+    while i < _KINDS:
+        d[i] = None
+        i += 1
+
+
 def period(node, sink):
     st = node.tele
     if st is None:
         st = node.tele = new_state()
     key = find_sink(node, sink)
     if key is None or key == node.key:
-        st["no_sink"] += 1
+        st[_T_NO_SINK] += 1
         return
     c = node.console
     if c is None:
-        st["failed"] += 1
+        st[_T_FAILED] += 1
         return
-    hk = platform.hexstr(key)
-    if hk != st["sink"]:
-        st["digests"] = {}
-    st["sink"] = hk
-    n0 = st["n"]
-    st["n"] = n0 + 1
-    digests = st["digests"]
+    if key != st[_T_SINK]:
+        _forget(st)
+        st[_T_SINK] = key
+    n0 = st[_T_N]
+    st[_T_N] = n0 + 1
+    digests = st[_T_DIGESTS]
     budget = node.profile.telemetry_bytes
     recs = c.records()
     k = len(recs)
     if not k:
         return
-    f = Frame(dgram_frag(node.profile), recs[0].get("up") or 0)
+    f = _Frame(dgram_frag(node.profile), recs[0].get("up") or 0)
     used = 0
     i = 0
     try:
@@ -433,11 +448,11 @@ def period(node, sink):
             new = bytearray(2 + 2 * cnt)
             new[0] = sig >> 8
             new[1] = sig & 0xFF
-            old = digests.get(kind)
             try:
                 ki = NAMES.index(kind)
             except ValueError:
-                ki = 0
+                ki = _KINDS
+            old = digests[ki] if ki < _KINDS else None
             if old is not None and (len(old) != len(new) or old[0] != new[0] or old[1] != new[1]
                                     or (n0 + 3 * ki) % FULL_EVERY == 0):
                 old = None
@@ -461,23 +476,25 @@ def period(node, sink):
                 if w < 0:
                     # larger than a datagram: in parts, as a period's first record only
                     if used:
-                        st["deferred"] += 1
+                        st[_T_DEFERRED] += 1
                         continue
                     _record(node, key, st, f, kind, rec, old, new, True)
                     used = budget
-                    digests[kind] = new
+                    if ki < _KINDS:
+                        digests[ki] = new
                     continue
             if not w and old is not None and kind != "state":
                 f.pos = r0                # nothing changed
             elif used and used + f.pos - r0 > budget:
                 f.pos = r0
-                st["deferred"] += 1
+                st[_T_DEFERRED] += 1
                 continue
             else:
                 used += f.pos - r0
-            digests[kind] = new
+            if ki < _KINDS:
+                digests[ki] = new
         if f.pos != f.start:
             _send(node, key, f, st)
     except _Failed:
         # what this period handed over is unsure: the next one goes whole
-        st["digests"] = {}
+        _forget(st)
