@@ -38,7 +38,8 @@ def _hex64(s):
 class Capture(object):
     """The records on disk: DIR/telemetry-NNNN.jsonl, a new file every
     rotate_bytes; DIR/nodes.json {key: {first, last, records}}, rewritten
-    (atomically) at most every second and on close."""
+    (atomically) when a node is first heard, else at most every second,
+    and on close."""
 
     def __init__(self, out_dir, rotate_bytes=ROTATE_BYTES):
         self.dir = out_dir
@@ -79,11 +80,13 @@ class Capture(object):
             key = rec.get("node")
             t = rec.get("t")
             n = self.nodes.get(key)
-            if n is None:
+            new = n is None
+            if new:
                 n = self.nodes[key] = {"first": t, "last": t, "records": 0}
             n["last"] = t
             n["records"] += 1
-            if time.time() - self.nodes_written >= 1.0:
+            # a node heard for the first time is in nodes.json at once
+            if new or time.time() - self.nodes_written >= 1.0:
                 self._write_nodes()
 
     def _write_nodes(self):
