@@ -87,7 +87,7 @@ DGRAM_CASES = ("ESP32_GENERIC", "ESP32_GENERIC_S3")
 # decodes them; heap_scenario.py). The sender builds no datagram layer and
 # keeps ~340 B between periods (measured on the frozen build), but the
 # node without telemetry keeps only 35.2-35.7 % of 110K at its lowest
-# sample, and the runs with telemetry came to 34.1-34.9 % (their command
+# sample, and the runs with telemetry came to 34.1-34.7 % (their command
 # line's --sink KEY --telemetry S adds ~0.2 KB to the unix port's argv): below
 # the budget by a few hundred bytes (docs/reports/MEMORY.md "Telemetry
 # over the mesh"). Room for it is a decision about ESP32_GENERIC's tables.
