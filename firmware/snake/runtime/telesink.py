@@ -30,8 +30,8 @@
 # Payload: FORMAT, `up` (CBOR uint), then records: a flags byte (F_DELTA,
 # F_MORE: more parts of this record follow in the next datagram), the
 # kind (a name), the fields as an indefinite-length CBOR map (0xBF .. 0xFF)
-# without `v`, `node`, `t` and `up` (the gateway knows the source key and
-# when it heard it). Map keys are a name: a CBOR uint indexing NAMES, or
+# without `v`, `node` and `t` (the gateway knows the source key and when
+# it heard it), and with `up` only when it differs from the datagram's. Map keys are a name: a CBOR uint indexing NAMES, or
 # text for a name not in NAMES. A byte string is hex text in the record
 # (every 64-digit lowercase hex string goes as its 32 bytes). A record
 # larger than one datagram is cut into parts between its fields, and goes
