@@ -139,3 +139,26 @@ def test_finished_needs_every_table(peak, expect):
     assert heap_scenario.finished(res, 25.0) is expect
     assert heap_scenario.finished(res, 20.0 + heap_scenario.FILL_GRACE_S) is True
     assert heap_scenario.finished(res, 19.0) is False
+
+
+def test_telemetry_reaching_the_scripted_sink_is_decoded_and_counted():
+    # what heap_scenario.run(telemetry=S) counts per node: datagrams of
+    # service 30 that decode as the gateway decodes them
+    from snake.runtime import telesink
+
+    class _Peer(object):
+        def __init__(self, traffic):
+            self.traffic = traffic
+
+    class _Filler(object):
+        pass
+    a, b = b"\xaa" * 32, b"\xbb" * 32
+    hdr = bytes([0x53, 0x44, 1, 1, 0, 0, telesink.SERVICE, 0, 0, 0, 1, 1, 0, 0, 5, 0, 5])
+    good = hdr + bytes([telesink.FORMAT, 7, 0, 0, 0xBF, 0xFF])       # up 7, a state record, no fields
+    bad = hdr + bytes([telesink.FORMAT, 7, 0, 0x1F])          # the kind is no name (a bad CBOR head)
+    other = bytes([0x53, 0x44, 1, 1, 0, 0, 40]) + bytes(10) + b"x"  # another service
+    f = _Filler()
+    f.peers = [(0, 0, _Peer([(a, good), (b, good), (a, other)]))]
+    f.retired = [_Peer([(a, good), (b, bad), (b, b"SM ping")])]
+    got, nbad = heap_scenario.telemetry_received(f, {a.hex(): "a"})
+    assert got == {"a": 2, "bb" * 4: 1} and nbad == 1
