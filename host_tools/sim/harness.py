@@ -211,6 +211,7 @@ class Mesh(TransportMixin, ProbingMixin, DatagramsMixin, FaultsMixin, SamplingMi
             for link in self._links:
                 self._schedule_connect(link, self.rng.randrange(self.start_spread_us + 1))
         self._last_topology = None
+        self._last_topology_names = None
         self._topology_changed()
 
     # ------------------------------------------------------------------ model

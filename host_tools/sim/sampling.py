@@ -210,7 +210,9 @@ class SamplingMixin:
         """Write a `topology` record when the usable edge set changed: the
         first one at start, then one per change (crash, restart, link
         up/down, partition, heal, join, a link refused), so a consumer can
-        treat each as the topology epoch starting at its time."""
+        treat each as the topology epoch starting at its time. `names`
+        ({hex: name}) is in the first record and in those where it
+        changed."""
         if self.telemetry is None:
             return
         edges = [[l.a.hex, l.b.hex, l.edge.link] for l in self._links
@@ -218,6 +220,13 @@ class SamplingMixin:
         if edges == self._last_topology:
             return
         self._last_topology = edges
-        self.telemetry.write("topology", self.engine.now, self._nodes[0].hex,
-                             {"edges": edges, "names": {n.hex: n.name for n in self._nodes}})
+        # the names only when they change (the first record, a node
+        # joining): readers merge the names of every record, and a run whose
+        # links come and go would otherwise repeat the whole map each time
+        fields = {"edges": edges}
+        names = {n.hex: n.name for n in self._nodes}
+        if names != self._last_topology_names:
+            fields["names"] = names
+            self._last_topology_names = names
+        self.telemetry.write("topology", self.engine.now, self._nodes[0].hex, fields)
 

@@ -27,8 +27,11 @@ FIELDS = {
               "rtt_ms": _NUM + (type(None),), "hops": (int, type(None)),
               "path": (list, type(None))},
     "event": {"event": str, "detail": str},
-    "topology": {"edges": list, "names": dict},
+    "topology": {"edges": list},
 }
+# Optional fields per kind and their JSON types when present (`names`: in
+# the first `topology` record and those where it changed).
+OPTIONAL = {"topology": {"names": dict}}
 
 
 def t_seconds(t_us):
@@ -168,6 +171,9 @@ def validate(rec):
         if k not in rec:
             errs.append("%s: missing %s" % (kind, k))
         elif not isinstance(rec[k], typ) or (isinstance(rec[k], bool) and typ is int):
+            errs.append("%s: %s has type %s" % (kind, k, type(rec[k]).__name__))
+    for k, typ in OPTIONAL.get(kind, {}).items():
+        if k in rec and not isinstance(rec[k], typ):
             errs.append("%s: %s has type %s" % (kind, k, type(rec[k]).__name__))
     if kind == "peers" and isinstance(rec.get("peers"), list):
         for p in rec["peers"]:
