@@ -73,8 +73,9 @@ class ClassArchive(object):
     place, and every later run maps it (-XX:SharedArchiveFile). Runs while
     a dump is under way go without. A monitor capture's analysis: 16 instead
     of 24-28 s on the shared 2-core machine. The archive is keyed by the
-    PySpark version and the java binary; a JVM that cannot use it (another
-    classpath or JVM) ignores it. SNAKEMESH_SPARK_CDS=0 turns this off."""
+    PySpark version, its install (the classpath) and the java binary; a JVM
+    that cannot use it (another classpath or JVM) ignores it, and maps the
+    JDK's classes only. SNAKEMESH_SPARK_CDS=0 turns this off."""
 
     def __init__(self):
         self.option = ""
@@ -96,7 +97,10 @@ class ClassArchive(object):
             return
         java = os.path.realpath(java)
         st = os.stat(java)
-        key = hashlib.sha1(("%s|%s|%d|%d" % (pyspark.__version__, java, st.st_size, int(st.st_mtime)))
+        # the JVM maps the archive's Spark classes only for the classpath it
+        # was dumped with: another install (another virtualenv) gets its own
+        jars = os.path.realpath(os.path.join(os.path.dirname(pyspark.__file__), "jars"))
+        key = hashlib.sha1(("%s|%s|%d|%d|%s" % (pyspark.__version__, java, st.st_size, int(st.st_mtime), jars))
                            .encode()).hexdigest()[:12]
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         d = os.path.join(base, "snakemesh")

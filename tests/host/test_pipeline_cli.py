@@ -202,3 +202,22 @@ def test_class_archive_dumped_once_then_mapped(tmp_path, monkeypatch):
     assert session.ClassArchive().option == later.option
     monkeypatch.setenv("SNAKEMESH_SPARK_CDS", "0")
     assert session.ClassArchive().option == ""
+
+
+def test_class_archive_per_spark_install(tmp_path, monkeypatch):
+    """An archive holds Spark's classes for the classpath it was dumped
+    with only: another PySpark install (another virtualenv, its jars
+    elsewhere) must not map it and get no Spark class from it, but dump
+    one of its own."""
+    import pyspark
+    from host_tools.pipeline import session
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("SNAKEMESH_SPARK_CDS", raising=False)
+    here = session.ClassArchive()
+    assert here.option.startswith("-XX:ArchiveClassesAtExit=")
+    other = tmp_path / "other-venv" / "pyspark"
+    other.mkdir(parents=True)
+    monkeypatch.setattr(pyspark, "__file__", str(other / "__init__.py"))
+    there = session.ClassArchive()
+    assert there.option.startswith("-XX:ArchiveClassesAtExit=")
+    assert there.option != here.option and there.lock != here.lock
