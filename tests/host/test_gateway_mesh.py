@@ -113,10 +113,20 @@ def _until(h, cond, timeout, what):
     raise AssertionError("%s not within %g s; gateway said:\n%s" % (what, timeout, h.text[-3000:]))
 
 
-def test_gateway_collects_over_the_mesh_and_bridges_to_mqtt(tmp_path):
+@pytest.fixture
+def broker(tmp_path):
+    """A mosquitto on a loopback port, stopped however the test ends (a test
+    that fails before its own cleanup must not leave a broker running)."""
+    b = Broker(str(tmp_path), free_port())
+    try:
+        yield b.start()
+    finally:
+        b.stop()
+
+
+def test_gateway_collects_over_the_mesh_and_bridges_to_mqtt(tmp_path, broker):
     gw_dir = str(tmp_path / "gw")
     gw_port = free_port()
-    broker = Broker(str(tmp_path), free_port()).start()
     sub = Subscriber(broker.port)
     h = at_terminal("gateway", "--out", gw_dir, "--listen", "127.0.0.1:%d" % gw_port, "--no-multicast",
                     "--mqtt", "127.0.0.1:%d" % broker.port, "--interval", "2")
@@ -210,7 +220,6 @@ def test_gateway_collects_over_the_mesh_and_bridges_to_mqtt(tmp_path):
             mesh.stop()
         h.close()
         sub.stop()
-        broker.stop()
 
 
 def test_unreachable_broker_is_one_line_and_the_capture_goes_on(tmp_path):
