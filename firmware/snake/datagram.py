@@ -108,6 +108,54 @@ def frag_size(profile):
     return dgram_frag(profile)
 
 
+# Slot state lives in one integer array per table (a slot's fields at
+# slot * stride + field), one bytearray per table for keys and bitmaps and
+# one list per table for object references: a handful of heap objects
+# whatever the table sizes, since every object costs its header and
+# allocation rounding on a small heap.
+# sends in flight: s_v fields
+_S_USED = const(0)
+_S_ID = const(1)
+_S_DSVC = const(2)
+_S_SSVC = const(3)
+_S_LEN = const(4)
+_S_COUNT = const(5)
+_S_STRIDE = const(6)
+_S_ACK = const(7)
+_S_TRIES = const(8)
+_S_ERR = const(9)         # last local failure of this send (NO_ROUTE, BUSY)
+_S_DEADLINE = const(10)
+_S_SAMPLE = const(11)     # when the first burst's ACK_NOW left
+_S_SAMPLING = const(12)
+_SN = const(13)
+# s_bits: 16 bytes a send: fragments still to hand to tx, then fragments
+# the receiver holds (bitmaps); s_ref: destination key, caller's data
+_SB = const(16)
+_ACKED = const(8)
+# round-trip estimates: r_v fields
+_R_USED = const(0)
+_R_SRTT = const(1)
+_R_VAR = const(2)
+_R_TIME = const(3)
+_RN = const(4)
+# reassemblies: m_v fields (m_have: 8 bytes a slot, m_buf: the buffers)
+_M_USED = const(0)
+_M_ID = const(1)
+_M_COUNT = const(2)
+_M_STRIDE = const(3)
+_M_TOTAL = const(4)
+_M_FLAGS = const(5)
+_M_GOT = const(6)         # fragments held
+_M_TIME = const(7)
+_MN = const(8)
+# delivered datagrams remembered: d_v fields
+_D_USED = const(0)
+_D_ID = const(1)
+_D_TIME = const(2)
+_DN = const(3)
+_AF = const(20)           # bytes an owed ack holds in a_frame (ACK_HDR + 8)
+
+
 class Datagrams:
     def __init__(self, profile, key, first_id=1):
         self.key = bytes(key)
@@ -124,55 +172,29 @@ class Datagrams:
         self.next_id = first_id & 0xFFFF
         self.last_state = 0           # state of the datagram send() just returned
         self.last_reason = 0
-        # one buffer for every frame we build (fragments and acks)
-        self.txbuf = bytearray(HDR + self.frag)
-        # sends in flight
-        self.s_used = bytearray(P)
-        self.s_dst = [None] * P       # destination key (bytes)
-        self.s_id = array("H", [0] * P)
-        self.s_dsvc = array("H", [0] * P)
-        self.s_ssvc = array("H", [0] * P)
-        self.s_data = [None] * P      # memoryview of the caller's data
-        self.s_len = array("H", [0] * P)
-        self.s_count = bytearray(P)
-        self.s_stride = array("H", [0] * P)
-        self.s_ack = bytearray(P)
-        self.s_owed = bytearray(8 * P)    # fragments still to hand to tx (bitmap)
-        self.s_acked = bytearray(8 * P)   # fragments the receiver holds (bitmap)
-        self.s_tries = bytearray(P)
-        self.s_err = bytearray(P)         # last local failure of this send (NO_ROUTE, BUSY)
-        self.s_deadline = array("i", [0] * P)
-        self.s_sample = array("i", [0] * P)  # when the first burst's ACK_NOW left
-        self.s_sampling = bytearray(P)
-        # round-trip estimates per destination (same count as sends in flight)
-        self.r_used = bytearray(P)
+        # one buffer for every data frame we build (no fragment is longer
+        # than the largest datagram)
+        self.txbuf = bytearray(HDR + min(self.frag, self.max_size))
+        self.s_v = array("i", [0] * (_SN * P))
+        self.s_bits = bytearray(_SB * P)
+        self.s_ref = [None] * (2 * P)
+        # round-trip estimates per destination (as many as sends in flight)
+        self.r_v = array("i", [0] * (_RN * P))
         self.r_key = bytearray(32 * P)
-        self.r_srtt = array("i", [0] * P)
-        self.r_var = array("i", [0] * P)
-        self.r_time = array("i", [0] * P)
-        # reassemblies in flight
-        self.m_used = bytearray(R)
+        self.m_v = array("i", [0] * (_MN * R))
         self.m_key = bytearray(32 * R)
-        self.m_id = array("H", [0] * R)
-        self.m_count = bytearray(R)
-        self.m_stride = array("H", [0] * R)
-        self.m_total = array("H", [0] * R)
-        self.m_flags = bytearray(R)
         self.m_have = bytearray(8 * R)
-        self.m_got = bytearray(R)         # fragments held
-        self.m_time = array("i", [0] * R)
         self.m_buf = [bytearray(self.max_size) for _ in range(R)]
-        # acks owed (sent by flush, never from inside the router's callbacks)
+        # acks owed (sent by flush, never from inside the router's
+        # callbacks): a ring of frames and their destinations (the source's
+        # bytes object)
         self.a_n = 0
         self.a_head = 0
-        self.a_dst = [None] * A       # destination key (the source's bytes object)
-        self.a_frame = bytearray((ACK_HDR + 8) * A)
-        self.a_len = bytearray(A)
+        self.a_dst = [None] * A
+        self.a_frame = bytearray(_AF * A)
         # delivered datagrams remembered: (source key, id, time), a ring
-        self.d_used = bytearray(D)
+        self.d_v = array("i", [0] * (_DN * D))
         self.d_key = bytearray(32 * D)
-        self.d_id = array("H", [0] * D)
-        self.d_time = array("i", [0] * D)
         self.d_next = 0
         self._pumping = False
 
@@ -193,9 +215,10 @@ class Datagrams:
         count = 1 if n <= fr else (n + fr - 1) // fr
         if n > self.max_size or n > 0xFFFF or count > MAX_FRAGS:
             return self._final_now(h, S_FAILED, TOO_BIG)
+        v = self.s_v
+        P = len(self.s_ref) >> 1
         i = 0
-        P = len(self.s_used)
-        while i < P and self.s_used[i]:
+        while i < P and v[i * _SN + _S_USED]:
             i += 1
         if i == P:
             return self._final_now(h, S_FAILED, BUSY)
@@ -203,71 +226,68 @@ class Datagrams:
             mv = memoryview(data)
         except MemoryError:
             return self._final_now(h, S_FAILED, NO_MEMORY)
-        self.s_used[i] = 1
-        self.s_dst[i] = dst if isinstance(dst, bytes) else bytes(dst)
-        self.s_id[i] = h
-        self.s_dsvc[i] = service
-        self.s_ssvc[i] = src_service
-        self.s_data[i] = mv
-        self.s_len[i] = n
-        self.s_count[i] = count
-        self.s_stride[i] = n if count == 1 else (n + count - 1) // count
-        self.s_ack[i] = 1 if ack else 0
-        _bits_fill(self.s_owed, 8 * i, count)
-        _bits_fill(self.s_acked, 8 * i, 0)
-        self.s_tries[i] = 1
-        self.s_err[i] = 0
-        self.s_sampling[i] = 1 if ack else 0
-        self.s_deadline[i] = ticks_add(now, self._rto(i, now))
+        o = i * _SN
+        v[o + _S_USED] = 1
+        self.s_ref[2 * i] = dst if isinstance(dst, bytes) else bytes(dst)
+        self.s_ref[2 * i + 1] = mv
+        v[o + _S_ID] = h
+        v[o + _S_DSVC] = service
+        v[o + _S_SSVC] = src_service
+        v[o + _S_LEN] = n
+        v[o + _S_COUNT] = count
+        v[o + _S_STRIDE] = n if count == 1 else (n + count - 1) // count
+        v[o + _S_ACK] = 1 if ack else 0
+        _bits_fill(self.s_bits, _SB * i, count)
+        _bits_fill(self.s_bits, _SB * i + _ACKED, 0)
+        v[o + _S_TRIES] = 1
+        v[o + _S_ERR] = 0
+        v[o + _S_SAMPLING] = 1 if ack else 0
+        v[o + _S_DEADLINE] = ticks_add(now, self._rto(i, now))
         self.last_state = S_PENDING
         self.last_reason = 0
         self._pump(i, now)
-        if self.s_used[i] and self.s_id[i] == h:
+        if v[o + _S_USED] and v[o + _S_ID] == h:
             self.last_state = S_PENDING
             self.last_reason = 0
         return h
 
     def _final_now(self, h, state, reason):
-        self._count_final(state, reason)
+        if state == S_DELIVERED:
+            self.stats[_G_DELIVERED] += 1
+        elif state == S_FAILED:
+            # _G_FAILED_* follow the reasons' order (NO_ROUTE .. BUSY)
+            self.stats[_G_FAILED_NO_ROUTE + reason - NO_ROUTE] += 1
         self.last_state = state
         self.last_reason = reason
         if self.on_state is not None:
             self.on_state(h, state, reason)
         return h
 
-    def _count_final(self, state, reason):
-        if state == S_DELIVERED:
-            self.stats[_G_DELIVERED] += 1
-        elif state == S_FAILED:
-            # _G_FAILED_* follow the reasons' order (NO_ROUTE .. BUSY)
-            self.stats[_G_FAILED_NO_ROUTE + reason - NO_ROUTE] += 1
-
     def _finish(self, i, state, reason):
-        h = self.s_id[i]
-        self.s_used[i] = 0
-        self.s_data[i] = None
-        self.s_dst[i] = None
-        self._final_now(h, state, reason)
+        o = i * _SN
+        self.s_v[o + _S_USED] = 0
+        self.s_ref[2 * i] = None
+        self.s_ref[2 * i + 1] = None
+        self._final_now(self.s_v[o + _S_ID], state, reason)
 
     def state_of(self, h):
         """S_PENDING while send h is in flight, else 0 (it ended: on_state
         said how)."""
-        i = self._slot_of_id(h)
-        return S_PENDING if i >= 0 else 0
+        return S_PENDING if self._live(h) >= 0 else 0
 
     def pending(self):
         """Sends in flight."""
-        c = 0
-        for u in self.s_used:
-            c += u
-        return c
+        return _used(self.s_v, _SN)
 
-    def _slot_of_id(self, h):
-        i = 0
-        while i < len(self.s_used):
-            if self.s_used[i] and self.s_id[i] == h:
-                return i
-            i += 1
+    def _live(self, h, i=-1):
+        """Slot of send h in flight (only slot i when i >= 0), else -1."""
+        v = self.s_v
+        j = 0 if i < 0 else i
+        P = len(self.s_ref) >> 1 if i < 0 else i + 1
+        while j < P:
+            if v[j * _SN + _S_USED] and v[j * _SN + _S_ID] == h:
+                return j
+            j += 1
         return -1
 
     def _pump(self, i, now):
@@ -282,146 +302,152 @@ class Datagrams:
             self._pumping = False
 
     def _pump1(self, i, now):
-        owed = self.s_owed
-        ob = 8 * i
-        count = self.s_count[i]
+        v = self.s_v
+        o = i * _SN
+        owed = self.s_bits
+        ob = _SB * i
+        count = v[o + _S_COUNT]
         last = _bits_last(owed, ob, count)
-        h = self.s_id[i]
+        h = v[o + _S_ID]
         while last >= 0:
             k = _bits_first(owed, ob, count)
             n = self._build_data(i, k, k == last)
-            r = self.tx(self.s_dst[i], self.txbuf, n, now)
-            if not self.s_used[i] or self.s_id[i] != h:
+            r = self.tx(self.s_ref[2 * i], self.txbuf, n, now)
+            if self._live(h, i) < 0:
                 return      # ended during tx (a local delivery acked it)
             if r != OK:
-                if r == TOO_BIG or r == NO_MEMORY or (r == NO_ROUTE and not self.s_ack[i]):
+                if r == TOO_BIG or r == NO_MEMORY or (r == NO_ROUTE and not v[o + _S_ACK]):
                     self._finish(i, S_FAILED, r)
                     return
-                self.s_err[i] = r
+                v[o + _S_ERR] = r
                 return
             _bit_clear(owed, ob, k)
             if count > 1:
                 self.stats[_G_FRAGMENTS_SENT] += 1
             if k == last:
-                if self.s_sampling[i] and self.s_tries[i] == 1:
-                    self.s_sample[i] = now
-                if self.s_tries[i] == 1:
+                if v[o + _S_TRIES] == 1:
+                    if v[o + _S_SAMPLING]:
+                        v[o + _S_SAMPLE] = now
                     self.stats[_G_SENT] += 1
-                if not self.s_ack[i]:
+                if not v[o + _S_ACK]:
                     self._finish(i, S_SENT, 0)
                     return
-                self.s_err[i] = 0
+                v[o + _S_ERR] = 0
                 return
 
     def _build_data(self, i, k, ack_now):
         b = self.txbuf
-        stride = self.s_stride[i]
-        total = self.s_len[i]
-        count = self.s_count[i]
+        v = self.s_v
+        o = i * _SN
+        stride = v[o + _S_STRIDE]
+        total = v[o + _S_LEN]
+        count = v[o + _S_COUNT]
         off = k * stride
         ln = stride if k < count - 1 else total - off
         fl = 0
-        if self.s_ack[i]:
+        if v[o + _S_ACK]:
             fl = F_ACK_REQ
             if ack_now:
                 fl |= F_ACK_NOW
-        _put_head(b, T_DATA, fl, self.s_dsvc[i], self.s_ssvc[i], self.s_id[i])
+        _put_head(b, T_DATA, fl, v[o + _S_DSVC], v[o + _S_SSVC], v[o + _S_ID])
         b[11] = count
         b[12] = k
         b[13] = stride >> 8
         b[14] = stride & 0xFF
         b[15] = total >> 8
         b[16] = total & 0xFF
-        copy_into(b, HDR, self.s_data[i], off, ln)
+        copy_into(b, HDR, self.s_ref[2 * i + 1], off, ln)
         return HDR + ln
 
     # ---- round-trip estimates ---------------------------------------------
-    def _rslot(self, i):
-        d = self.s_dst[i]
-        j = 0
-        while j < len(self.r_used):
-            if self.r_used[j] and key_cmp(self.r_key, 32 * j, d, 0) == 0:
-                return j
-            j += 1
-        return -1
+    def _rslot(self, d):
+        return _find(self.r_v, _RN, self.r_key, d)
 
     def _rto(self, i, now):
         """Retransmission timeout for send i's destination, before backoff."""
-        j = self._rslot(i)
+        j = self._rslot(self.s_ref[2 * i])
         if j < 0:
             return RTO_INIT_MS
-        v = self.r_srtt[j] + 4 * self.r_var[j]
-        if v < RTO_MIN_MS:
+        o = j * _RN
+        t = self.r_v[o + _R_SRTT] + 4 * self.r_v[o + _R_VAR]
+        if t < RTO_MIN_MS:
             return RTO_MIN_MS
-        if v > RTO_MAX_MS:
+        if t > RTO_MAX_MS:
             return RTO_MAX_MS
-        return v
+        return t
 
     def _rtt_sample(self, i, rtt, now):
-        j = self._rslot(i)
+        v = self.r_v
+        d = self.s_ref[2 * i]
+        j = self._rslot(d)
         if j < 0:
             # a new destination takes a free slot or the least recently sampled
             j = 0
             k = 0
-            while k < len(self.r_used):
-                if not self.r_used[k]:
+            while k < len(v) // _RN:
+                if not v[k * _RN + _R_USED]:
                     j = k
                     break
-                if ticks_diff(self.r_time[j], self.r_time[k]) > 0:
+                if ticks_diff(v[j * _RN + _R_TIME], v[k * _RN + _R_TIME]) > 0:
                     j = k
                 k += 1
-            self.r_used[j] = 1
-            copy_into(self.r_key, 32 * j, self.s_dst[i], 0, 32)
-            self.r_srtt[j] = rtt
-            self.r_var[j] = rtt >> 1
+            o = j * _RN
+            v[o + _R_USED] = 1
+            copy_into(self.r_key, 32 * j, d, 0, 32)
+            v[o + _R_SRTT] = rtt
+            v[o + _R_VAR] = rtt >> 1
         else:
-            d = self.r_srtt[j] - rtt
-            if d < 0:
-                d = -d
-            self.r_var[j] += (d - self.r_var[j]) >> 2
-            self.r_srtt[j] += (rtt - self.r_srtt[j]) >> 3
-        self.r_time[j] = now
+            o = j * _RN
+            e = v[o + _R_SRTT] - rtt
+            if e < 0:
+                e = -e
+            v[o + _R_VAR] += (e - v[o + _R_VAR]) >> 2
+            v[o + _R_SRTT] += (rtt - v[o + _R_SRTT]) >> 3
+        v[o + _R_TIME] = now
 
     def rtt_of(self, key):
         """(srtt_ms, rttvar_ms) measured to `key`, or None."""
-        j = 0
-        while j < len(self.r_used):
-            if self.r_used[j] and key_cmp(self.r_key, 32 * j, key, 0) == 0:
-                return (self.r_srtt[j], self.r_var[j])
-            j += 1
-        return None
+        j = self._rslot(key)
+        if j < 0:
+            return None
+        return (self.r_v[j * _RN + _R_SRTT], self.r_v[j * _RN + _R_VAR])
 
     # ---- timers -----------------------------------------------------------
     def tick(self, now):
         """Retries, timeouts, blocked fragments, stale reassemblies; then the
         owed acks (flush)."""
+        v = self.s_v
         i = 0
-        while i < len(self.s_used):
-            if self.s_used[i]:
+        while i < len(self.s_ref) >> 1:
+            if v[i * _SN + _S_USED]:
                 self._tick_send(i, now)
             i += 1
-        i = 0
-        while i < len(self.m_used):
-            if self.m_used[i] and ticks_diff(now, self.m_time[i]) >= REASM_IDLE_MS:
-                self.m_used[i] = 0
-                self.stats[_G_REASM_EXPIRED] += 1
-            i += 1
+        self._expire(now)
         self.flush(now)
 
+    def _expire(self, now):
+        v = self.m_v
+        i = 0
+        while i < len(self.m_buf):
+            o = i * _MN
+            if v[o + _M_USED] and ticks_diff(now, v[o + _M_TIME]) >= REASM_IDLE_MS:
+                v[o + _M_USED] = 0
+                self.stats[_G_REASM_EXPIRED] += 1
+            i += 1
+
     def _tick_send(self, i, now):
-        ob = 8 * i
-        count = self.s_count[i]
-        if ticks_diff(now, self.s_deadline[i]) < 0:
-            if _bits_first(self.s_owed, ob, count) >= 0:
+        v = self.s_v
+        o = i * _SN
+        if ticks_diff(now, v[o + _S_DEADLINE]) < 0:
+            if _bits_first(self.s_bits, _SB * i, v[o + _S_COUNT]) >= 0:
                 self._pump(i, now)
             return
-        if not self.s_ack[i]:
+        if not v[o + _S_ACK]:
             # a send without ack that tx kept refusing for a whole RTO
-            self._finish(i, S_FAILED, self.s_err[i] or BUSY)
+            self._finish(i, S_FAILED, v[o + _S_ERR] or BUSY)
             return
-        t = self.s_tries[i]
-        if t >= MAX_TRIES:
-            self._finish(i, S_FAILED, self.s_err[i] or TIMEOUT)
+        if v[o + _S_TRIES] >= MAX_TRIES:
+            self._finish(i, S_FAILED, v[o + _S_ERR] or TIMEOUT)
             return
         # no answer: resend the highest fragment the receiver has not
         # confirmed, asking for its bitmap (fragments a blocked burst still
@@ -429,22 +455,24 @@ class Datagrams:
         self._retry(i, now, True)
 
     def _retry(self, i, now, probe):
-        ob = 8 * i
-        count = self.s_count[i]
-        t = self.s_tries[i] + 1
-        self.s_tries[i] = t
+        v = self.s_v
+        o = i * _SN
+        b = self.s_bits
+        ob = _SB * i
+        t = v[o + _S_TRIES] + 1
+        v[o + _S_TRIES] = t
         self.stats[_G_RETRIES] += 1
-        k = count - 1
+        k = v[o + _S_COUNT] - 1
         while k >= 0:
-            if not _bit(self.s_acked, ob, k):
-                _bit_set(self.s_owed, ob, k)
+            if not _bit(b, ob + _ACKED, k):
+                _bit_set(b, ob, k)
                 if probe:
                     break
             k -= 1
         rto = self._rto(i, now) << (t - 1)
         if rto > RTO_MAX_MS:
             rto = RTO_MAX_MS
-        self.s_deadline[i] = ticks_add(now, rto)
+        v[o + _S_DEADLINE] = ticks_add(now, rto)
         self._pump(i, now)
 
     # ---- receiving --------------------------------------------------------
@@ -456,9 +484,8 @@ class Datagrams:
         n = len(payload)
         if n < 2 or payload[0] != MAGIC0 or payload[1] != MAGIC1:
             return False
-        st = self.stats
         if n < ACK_HDR or payload[2] != VERSION:
-            st[_G_MALFORMED] += 1
+            self.stats[_G_MALFORMED] += 1
             return True
         t = payload[3]
         if t == T_DATA:
@@ -466,7 +493,7 @@ class Datagrams:
         elif t == T_ACK:
             self._ack(src, payload, n, now)
         else:
-            st[_G_MALFORMED] += 1
+            self.stats[_G_MALFORMED] += 1
         return True
 
     def _data(self, src, p, n, now):
@@ -521,17 +548,19 @@ class Datagrams:
             else:
                 st[_G_MALFORMED] += 1     # layout differs from its other fragments
             return
+        v = self.m_v
+        o = m * _MN
         hb = 8 * m
         if not _bit(self.m_have, hb, k):
             _bit_set(self.m_have, hb, k)
-            self.m_got[m] += 1
+            v[o + _M_GOT] += 1
             copy_into(self.m_buf[m], k * stride, p, HDR, ln)
-        self.m_time[m] = now
-        self.m_flags[m] |= fl
-        if self.m_got[m] == count:
-            self.m_used[m] = 0
+        v[o + _M_TIME] = now
+        v[o + _M_FLAGS] |= fl
+        if v[o + _M_GOT] == count:
+            v[o + _M_USED] = 0
             st[_G_RECEIVED] += 1
-            if self.m_flags[m] & F_ACK_REQ:
+            if v[o + _M_FLAGS] & F_ACK_REQ:
                 self._remember(src, hid, now)
                 self._owe_ack(src, p, count, None, -1, 0)
             self._hand_up(src, p, memoryview(self.m_buf[m])[:total])
@@ -545,17 +574,19 @@ class Datagrams:
     def _reasm_slot(self, src, hid, count, stride, total, now):
         """Reassembly slot of (src, hid): found, or a free one set up; -1
         when every slot is busy, -2 when the layout disagrees."""
+        v = self.m_v
         free = -1
         i = 0
-        while i < len(self.m_used):
-            if self.m_used[i]:
-                if self.m_id[i] == hid and key_cmp(self.m_key, 32 * i, src, 0) == 0:
-                    if (self.m_count[i] != count or self.m_stride[i] != stride
-                            or self.m_total[i] != total):
+        while i < len(self.m_buf):
+            o = i * _MN
+            if v[o + _M_USED]:
+                if v[o + _M_ID] == hid and key_cmp(self.m_key, 32 * i, src, 0) == 0:
+                    if (v[o + _M_COUNT] != count or v[o + _M_STRIDE] != stride
+                            or v[o + _M_TOTAL] != total):
                         return -2
                     return i
-                if ticks_diff(now, self.m_time[i]) >= REASM_IDLE_MS:
-                    self.m_used[i] = 0
+                if ticks_diff(now, v[o + _M_TIME]) >= REASM_IDLE_MS:
+                    v[o + _M_USED] = 0
                     self.stats[_G_REASM_EXPIRED] += 1
                     if free < 0:
                         free = i
@@ -564,49 +595,51 @@ class Datagrams:
             i += 1
         if free < 0:
             return -1
-        self.m_used[free] = 1
+        o = free * _MN
+        v[o + _M_USED] = 1
         copy_into(self.m_key, 32 * free, src, 0, 32)
-        self.m_id[free] = hid
-        self.m_count[free] = count
-        self.m_stride[free] = stride
-        self.m_total[free] = total
-        self.m_flags[free] = 0
-        self.m_got[free] = 0
+        v[o + _M_ID] = hid
+        v[o + _M_COUNT] = count
+        v[o + _M_STRIDE] = stride
+        v[o + _M_TOTAL] = total
+        v[o + _M_FLAGS] = 0
+        v[o + _M_GOT] = 0
         _bits_fill(self.m_have, 8 * free, 0)
-        self.m_time[free] = now
+        v[o + _M_TIME] = now
         return free
 
     def reassemblies(self):
         """Reassemblies in flight."""
-        c = 0
-        for u in self.m_used:
-            c += u
-        return c
+        return _used(self.m_v, _MN)
 
     # ---- duplicate suppression ----------------------------------------------
     def _seen(self, src, hid, now):
+        v = self.d_v
         i = 0
-        while i < len(self.d_used):
-            if (self.d_used[i] and self.d_id[i] == hid
-                    and ticks_diff(now, self.d_time[i]) < DEDUP_MS
+        while i < len(v) // _DN:
+            o = i * _DN
+            if (v[o + _D_USED] and v[o + _D_ID] == hid
+                    and ticks_diff(now, v[o + _D_TIME]) < DEDUP_MS
                     and key_cmp(self.d_key, 32 * i, src, 0) == 0):
                 return True
             i += 1
         return False
 
     def _remember(self, src, hid, now):
+        v = self.d_v
         i = self.d_next
-        self.d_next = (i + 1) % len(self.d_used)
-        self.d_used[i] = 1
+        self.d_next = (i + 1) % (len(v) // _DN)
+        o = i * _DN
+        v[o + _D_USED] = 1
         copy_into(self.d_key, 32 * i, src, 0, 32)
-        self.d_id[i] = hid
-        self.d_time[i] = now
+        v[o + _D_ID] = hid
+        v[o + _D_TIME] = now
 
     # ---- acks -------------------------------------------------------------
     def _owe_ack(self, src, p, count, have, hb, flags):
         """Queue an ack for the datagram whose header is p: its bitmap from
         have[hb:] (None: every fragment) and flags."""
-        A = len(self.a_len)
+        A = len(self.a_dst)
         if self.a_n >= A:
             self.stats[_G_ACKS_DROPPED] += 1
             return
@@ -614,7 +647,7 @@ class Datagrams:
         self.a_n += 1
         self.a_dst[j] = src
         fb = self.a_frame
-        o = (ACK_HDR + 8) * j
+        o = _AF * j
         fb[o] = MAGIC0
         fb[o + 1] = MAGIC1
         fb[o + 2] = VERSION
@@ -622,33 +655,33 @@ class Datagrams:
         fb[o + 4] = flags
         copy_into(fb, o + 5, p, 5, 6)    # services and id, as in the data
         fb[o + 11] = count
-        nb = (count + 7) >> 3
         k = 0
-        while k < nb:
+        while k < (count + 7) >> 3:
             if flags & (F_REFUSED_BUSY | F_REFUSED_TOO_BIG):
-                v = 0
+                x = 0
             elif have is None:
-                v = 0xFF
+                x = 0xFF
                 rest = count - 8 * k
                 if rest < 8:
-                    v = (0xFF << (8 - rest)) & 0xFF
+                    x = (0xFF << (8 - rest)) & 0xFF
             else:
-                v = have[hb + k]
-            fb[o + ACK_HDR + k] = v
+                x = have[hb + k]
+            fb[o + ACK_HDR + k] = x
             k += 1
-        self.a_len[j] = ACK_HDR + nb
 
     def flush(self, now):
         """Send the owed acks (call after router.receive and on every tick:
         never from inside the router's callbacks)."""
-        A = len(self.a_len)
+        A = len(self.a_dst)
         b = self.txbuf
+        fb = self.a_frame
         while self.a_n:
             j = self.a_head
             self.a_head = (j + 1) % A
             self.a_n -= 1
-            n = self.a_len[j]
-            copy_into(b, 0, self.a_frame, (ACK_HDR + 8) * j, n)
+            o = _AF * j
+            n = ACK_HDR + ((fb[o + 11] + 7) >> 3)
+            copy_into(b, 0, fb, o, n)
             d = self.a_dst[j]
             self.a_dst[j] = None
             if self.tx(d, b, n, now) == OK:
@@ -665,11 +698,13 @@ class Datagrams:
             return
         st[_G_ACKS_RECEIVED] += 1
         hid = _u16(p, 9)
+        v = self.s_v
         i = 0
-        P = len(self.s_used)
+        P = len(self.s_ref) >> 1
         while i < P:
-            if (self.s_used[i] and self.s_ack[i] and self.s_id[i] == hid
-                    and key_cmp(self.s_dst[i], 0, src, 0) == 0 and self.s_count[i] == count):
+            o = i * _SN
+            if (v[o + _S_USED] and v[o + _S_ACK] and v[o + _S_ID] == hid
+                    and key_cmp(self.s_ref[2 * i], 0, src, 0) == 0 and v[o + _S_COUNT] == count):
                 break
             i += 1
         if i == P:
@@ -680,32 +715,49 @@ class Datagrams:
             self._finish(i, S_FAILED, TOO_BIG)
             return
         if fl & F_REFUSED_BUSY:
-            self.s_err[i] = BUSY    # the retry timer tries again
+            v[o + _S_ERR] = BUSY    # the retry timer tries again
             return
-        ob = 8 * i
+        b = self.s_bits
+        ob = _SB * i
         k = 0
         while k < nb:
-            self.s_acked[ob + k] |= p[ACK_HDR + k]
+            b[ob + _ACKED + k] |= p[ACK_HDR + k]
             k += 1
-        if self.s_sampling[i] and self.s_tries[i] == 1 and _bits_first(self.s_owed, ob, count) < 0:
+        if v[o + _S_SAMPLING] and v[o + _S_TRIES] == 1 and _bits_first(b, ob, count) < 0:
             # Karn: only the first burst's answer measures the round trip
-            self.s_sampling[i] = 0
-            self._rtt_sample(i, ticks_diff(now, self.s_sample[i]), now)
-        missing = 0
-        k = 0
-        while k < count:
-            if not _bit(self.s_acked, ob, k):
-                missing += 1
-            k += 1
-        if not missing:
+            v[o + _S_SAMPLING] = 0
+            self._rtt_sample(i, ticks_diff(now, v[o + _S_SAMPLE]), now)
+        if _bits_first(b, ob + _ACKED, count, True) < 0:
             self._finish(i, S_DELIVERED, 0)
             return
         # a partial bitmap: resend only what is missing, now
-        if _bits_first(self.s_owed, ob, count) >= 0:
+        if _bits_first(b, ob, count) >= 0:
             return          # a burst is still going out
-        if self.s_tries[i] >= MAX_TRIES:
+        if v[o + _S_TRIES] >= MAX_TRIES:
             return          # the timer ends it
         self._retry(i, now, False)
+
+
+def _used(v, stride):
+    """Slots in use of a table whose field 0 says so."""
+    c = 0
+    i = 0
+    while i < len(v):
+        if v[i]:
+            c += 1
+        i += stride
+    return c
+
+
+def _find(v, stride, keys, key):
+    """Slot in use of a table whose field 0 says so and whose key (32 bytes
+    a slot in keys) is `key`, else -1."""
+    j = 0
+    while j * stride < len(v):
+        if v[j * stride] and key_cmp(keys, 32 * j, key, 0) == 0:
+            return j
+        j += 1
+    return -1
 
 
 def _u16(p, o):
@@ -752,10 +804,11 @@ def _bits_fill(b, o, count):
         k += 1
 
 
-def _bits_first(b, o, count):
+def _bits_first(b, o, count, clear=False):
+    """First of bits 0..count-1 set (clear: not set), else -1."""
     k = 0
     while k < count:
-        if _bit(b, o, k):
+        if (not _bit(b, o, k)) == clear:
             return k
         k += 1
     return -1

@@ -323,9 +323,10 @@ def test_dedup_memory_is_bounded_and_ages():
     for i in range(6):
         a.send(KB, 1, b"d", net.now, ack=True)
         net.run(200)
-    assert len(b.d_used) == 4 and sum(b.d_used) == 4
+    # d_v holds (used, id, time) a slot (snake/datagram.py _D_*)
+    assert len(b.d_v) == 4 * 3 and [b.d_v[3 * i] for i in range(4)] == [1] * 4
     # a remembered (src, id) is suppressed; after DEDUP_MS it is not
-    hid = b.d_id[(b.d_next - 1) % 4]
+    hid = b.d_v[3 * ((b.d_next - 1) % 4) + 1]
     p = bytearray(HDR + 1)
     datagram._put_head(p, T_DATA, F_ACK_REQ | F_ACK_NOW, 1, 0, hid)
     p[11], p[12], p[13], p[14], p[15], p[16] = 1, 0, 0, 1, 0, 1
