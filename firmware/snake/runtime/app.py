@@ -14,10 +14,11 @@
 # docs/guides/DATAGRAMS.md describes the API for users, and
 # docs/reference/DATAGRAMS.md the header and the rules.
 #
-# Loaded on first use: the node builds its Datagrams (snake/datagram.py)
-# and this module when an application, the console's send/recv or an
-# incoming datagram first needs them (Node.mesh), so a node that never
-# carries datagrams holds neither. Received data is copied out of the
+# Loaded on first use: the node builds its datagram layer
+# (snake/runtime/dglink.py over snake/datagram.py) when the console's
+# send/recv or an incoming datagram first needs it, and this module on top
+# only when an application asks (Node.mesh), so a node that never carries
+# datagrams holds neither, and one whose console does holds no Mesh. Received data is copied out of the
 # datagram layer's buffers (it is valid only during its callback) into one
 # bytes object per datagram, queued per service (at most RX_QUEUE, then
 # the oldest is dropped and counted) and handed to the application from a
@@ -25,7 +26,7 @@
 import asyncio
 
 from snake import datagram as dgm
-from snake.platform import ticks_ms, ticks_diff, hexstr
+from snake.platform import ticks_ms, ticks_diff
 
 RX_QUEUE = 4            # datagrams held per service until the application takes them
 
@@ -125,22 +126,20 @@ class _Service:
 class Mesh:
     """The datagram API of one node (snake.runtime.app.mesh())."""
 
-    def __init__(self, node, dg):
+    def __init__(self, node, dg, hook=True):
         self.node = node
         self.key = node.key
         self.dg = dg
         self.max_size = dg.max_size
         self.handles = {}         # datagram id -> Handle, while pending
         self.services = {}        # service -> _Service (listened to)
-        self.tap = None           # fn(src, dst_service, src_service, data): the console's recv
         self.no_listener = 0      # datagrams for a service nobody listens to
-        self.stage = None         # console `put`: a datagram built line by line
-        self.staged = 0
         self._ready = []          # services with callbacks owed
         self._ev = None
         self._task = None
-        dg.on_state = self._on_state
-        dg.on_datagram = self._on_datagram
+        if hook:                  # else the node's Link hands the callbacks on (bind)
+            dg.on_state = self._on_state
+            dg.on_datagram = self._on_datagram
 
     # ---- sending ----------------------------------------------------------
     def send(self, dst, data, service=0, ack=False, src_service=0):
@@ -217,13 +216,9 @@ class Mesh:
 
     def _on_datagram(self, src, dsvc, ssvc, data):
         # inside router.receive: copy, queue, wake; nothing is sent from here
-        t = self.tap
-        if t is not None:
-            t(src, dsvc, ssvc, data)
         s = self.services.get(dsvc)
         if s is None:
-            if t is None:
-                self.no_listener += 1
+            self.no_listener += 1
             return
         if len(s.q) >= RX_QUEUE:
             s.q.pop(0)
@@ -264,44 +259,15 @@ class Mesh:
         d["app_dropped"] = dropped
         return d
 
-    # ---- the console's send and recv (snake/cmds.py starts them) -----------
-    async def console_send(self, c, rid, h):
-        """Answer the console's `send` once its datagram is final."""
-        await h.wait()
-        d = h.info()
-        d["dst"] = hexstr(h.dst)
-        c.reply("send", rid, d)
-
-    def console_tap(self, c, service):
-        """The tap for the console's `recv SERVICE` (-1: every service): one
-        record per datagram."""
-        def tap(src, dsvc, ssvc, data):
-            if service >= 0 and dsvc != service:
-                return
-            try:
-                d = c._record("datagram")
-                d["src"] = hexstr(src)
-                d["service"] = dsvc
-                d["src_service"] = ssvc
-                d["len"] = len(data)
-                d["data_hex"] = hexstr(data)
-                c.emit(d)
-            except MemoryError:
-                c.oom += 1
-        return tap
-
 
 def bind(node):
-    """The node's Mesh, built with its Datagrams on first use (Node.mesh)."""
+    """The node's Mesh over its datagram layer (node.dgl, a
+    snake/runtime/dglink.py Link), built when an application first asks
+    (Node.mesh)."""
     global _mesh
-    import os
-    try:
-        first = int.from_bytes(os.urandom(2), "big")
-    except (AttributeError, OSError, NotImplementedError):
-        first = ticks_ms() & 0xFFFF
-    dg = dgm.Datagrams(node.profile, node.key, first)
-    dg.tx = dgm.via_router(node.router)
-    m = Mesh(node, dg)
+    ln = node.dgl
+    m = Mesh(node, ln.dg, False)
+    ln.mesh = m
     _mesh = m
     return m
 

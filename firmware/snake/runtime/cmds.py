@@ -322,9 +322,9 @@ def _unhex(s):
 
 
 def _datagram(c, node, cmd, args, rid):
-    # send / put / recv (console.py's header); the datagram layer and the
-    # board API (snake/runtime/app.py) are built on first use
-    m = node.mesh()
+    # send / put / recv (console.py's header); the datagram layer
+    # (snake/runtime/dglink.py) is built on first use
+    m = node.datagrams()
     if m is None:
         raise ConsoleError("datagrams unavailable (out of memory, or profile dgram_pending 0)")
     if cmd == "recv":
@@ -334,7 +334,7 @@ def _datagram(c, node, cmd, args, rid):
             m.tap = None
             return {"recv": "off"}
         svc = -1 if a == "all" else parse_u16(a, "service")
-        m.tap = m.console_tap(c, svc)
+        m.tap = (c, svc)
         return {"recv": a if svc < 0 else svc}
     if cmd == "put":
         _need(args, 3, 3, "put TOTAL OFFSET HEX")
@@ -343,8 +343,8 @@ def _datagram(c, node, cmd, args, rid):
             off = int(args[1])
         except ValueError:
             raise ConsoleError("put: TOTAL and OFFSET are integers")
-        if total < 0 or total > m.max_size:
-            raise ConsoleError("too_big: datagrams here hold at most %d bytes" % m.max_size)
+        if total < 0 or total > m.dg.max_size:
+            raise ConsoleError("too_big: datagrams here hold at most %d bytes" % m.dg.max_size)
         data = _unhex(args[2])
         if off == 0:
             m.stage = None
@@ -371,18 +371,7 @@ def _datagram(c, node, cmd, args, rid):
         m.stage = None
     else:
         data = _unhex(args[3])
-    h = m.send(key, data, svc, ack)
-    if h.done():
-        return _sent(h)
-    import asyncio
-    asyncio.create_task(m.console_send(c, rid, h))
-    return None
-
-
-def _sent(h):
-    d = h.info()
-    d["dst"] = platform.hexstr(h.dst)
-    return d
+    return m.send(c, rid, key, svc, data, ack)
 
 
 def _spawn(c, cmd, rid, coro):
@@ -410,7 +399,7 @@ def counters_fields(c):
     dd = None
     if dg is not None:
         dd = report.datagrams(dg)
-        a = c.node.app.stats()
+        a = c.node.dgl.stats()
         for k in a:
             dd[k] = a[k]
     d["datagrams"] = dd

@@ -391,10 +391,13 @@ class Node:
         self.warnings = []       # start-up problems (boot line)
         self.console = None      # set by the console (events -> telemetry)
         self.on_app = None       # optional fn(src, payload) for other payloads
-        # application datagrams (snake/datagram.py under snake/runtime/app.py's
-        # Mesh): built on first use (mesh()), so a node that never carries
-        # a datagram holds neither their code nor their tables
+        # application datagrams (snake/datagram.py, held by
+        # snake/runtime/dglink.py's Link; snake/runtime/app.py's Mesh on top
+        # for applications): built on first use (datagrams(), mesh()), so a
+        # node that never carries a datagram holds neither their code nor
+        # their tables
         self.dg = None
+        self.dgl = None
         self.app = None
         self.mesh_fail = None    # ticks of the last build that ran out of memory
         self.log_fn = None
@@ -640,7 +643,7 @@ class Node:
         if len(payload) > 1 and payload[0] == 0x53 and payload[1] == 0x44:
             # "SD": a datagram (docs/reference/DATAGRAMS.md)
             dg = self.dg
-            if dg is None and self.mesh() is not None:
+            if dg is None and self.datagrams() is not None:
                 dg = self.dg
             if dg is not None and dg.receive(src, payload, ticks_ms()):
                 return
@@ -663,26 +666,42 @@ class Node:
         if dg is not None and dg.a_n:
             dg.flush(ticks_ms())
 
-    def mesh(self):
-        """The application datagram API (snake.runtime.app.Mesh), built on first
-        use; None when the heap cannot hold it (counted in stats oom) or
-        the profile has no room for a send (dgram_pending 0)."""
-        m = self.app
-        if m is None and self.profile.dgram_pending:
+    def datagrams(self):
+        """The datagram layer (a snake.runtime.dglink.Link: the console's
+        send/recv use it), built on first use; None when the heap cannot
+        hold it (counted in stats oom) or the profile has no room for a
+        send (dgram_pending 0)."""
+        ln = self.dgl
+        if ln is None and self.profile.dgram_pending:
             # after a build that ran out of memory, not again for a while:
             # every incoming datagram would otherwise cost a collection
             t = self.mesh_fail
             if t is not None and ticks_diff(ticks_ms(), t) < _MESH_RETRY_MS:
                 return None
             try:
-                from snake.runtime import app
-                m = app.bind(self)
+                from snake.runtime import dglink
+                ln = dglink.Link(self)
             except MemoryError:
                 self.mesh_fail = ticks_ms()
                 self.oom()
                 return None
+            self.dgl = ln
+            self.dg = ln.dg
+        return ln
+
+    def mesh(self):
+        """The application datagram API (snake.runtime.app.Mesh) over
+        datagrams(), built when first asked; None when the heap cannot hold
+        it (counted in stats oom) or there is no datagram layer."""
+        m = self.app
+        if m is None and self.datagrams() is not None:
+            try:
+                from snake.runtime import app
+                m = app.bind(self)
+            except MemoryError:
+                self.oom()
+                return None
             self.app = m
-            self.dg = m.dg
         return m
 
     def reclaim(self):

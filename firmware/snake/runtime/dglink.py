@@ -1,0 +1,95 @@
+# The node's datagram layer and what its console asks of it: built on first
+# use (Node.datagrams()), by the console's send/put/recv, an incoming
+# datagram or an application (snake/runtime/app.py's Mesh, built on top of
+# this only when an application asks: the console never needs it).
+#
+# Link owns the Datagrams' callbacks and hands them on: a final state to
+# the console's `send` that waits for it (a reply line) or to the Mesh's
+# handles; a datagram to the console's `recv` tap (a record line) and to
+# the Mesh's services. A console send in flight costs one tuple here, not a
+# handle and a task, and a reply is written from the callback (like a
+# `recv` record: a console line is written whole, nothing is sent).
+from snake import datagram as dgm
+from snake.platform import ticks_ms, ticks_diff, hexstr
+
+
+class Link:
+    def __init__(self, node):
+        import os
+        try:
+            first = int.from_bytes(os.urandom(2), "big")
+        except (AttributeError, OSError, NotImplementedError):
+            first = ticks_ms() & 0xFFFF
+        dg = dgm.Datagrams(node.profile, node.key, first)
+        dg.tx = dgm.via_router(node.router)
+        dg.on_state = self.state
+        dg.on_datagram = self.datagram
+        self.dg = dg
+        self.mesh = None          # the Mesh (app.py), once an application asked
+        self.tap = None           # (console, service or -1): the console's `recv`
+        self.waits = []           # console sends in flight: (id, console, request id, dst, service, len, t0)
+        self.stage = None         # console `put`: a datagram built line by line
+        self.staged = 0
+        self.no_listener = 0      # datagrams for no service listened to (no Mesh, no tap)
+
+    def send(self, c, rid, dst, service, data, ack):
+        """The console's `send`: the reply now when the datagram is already
+        final, else None (the reply follows when it is: state())."""
+        dg = self.dg
+        now = ticks_ms()
+        hid = dg.send(dst, service, data, now, ack)
+        dg.flush(now)       # acks owed to a local delivery (a datagram to our own key)
+        w = (hid, c, rid, dst, service, len(data), now)
+        if dg.last_state == dgm.S_PENDING:
+            self.waits.append(w)
+            return None
+        return _reply(w, dg.last_state, dg.last_reason, now)
+
+    def state(self, hid, state, reason):
+        for w in self.waits:
+            if w[0] == hid:
+                self.waits.remove(w)
+                c = w[1]
+                try:
+                    c.reply("send", w[2], _reply(w, state, reason, ticks_ms()))
+                except MemoryError:
+                    c.oom += 1
+                return
+        m = self.mesh
+        if m is not None:
+            m._on_state(hid, state, reason)
+
+    def datagram(self, src, dsvc, ssvc, data):
+        # inside router.receive: the console's record, the Mesh's queue
+        t = self.tap
+        if t is not None and (t[1] < 0 or t[1] == dsvc):
+            c = t[0]
+            try:
+                d = c._record("datagram")
+                d["src"] = hexstr(src)
+                d["service"] = dsvc
+                d["src_service"] = ssvc
+                d["len"] = len(data)
+                d["data_hex"] = hexstr(data)
+                c.emit(d)
+            except MemoryError:
+                c.oom += 1
+        m = self.mesh
+        if m is not None:
+            m._on_datagram(src, dsvc, ssvc, data)
+        elif t is None:
+            self.no_listener += 1
+
+    def stats(self):
+        d = {"no_listener": self.no_listener, "app_dropped": 0}
+        m = self.mesh
+        if m is not None:
+            a = m.stats()
+            for k in a:
+                d[k] += a[k]
+        return d
+
+
+def _reply(w, state, reason, now):
+    return {"id": w[0], "service": w[4], "len": w[5], "state": dgm.STATE_NAMES[state],
+            "reason": dgm.REASON_NAMES[reason], "rtt_ms": ticks_diff(now, w[6]), "dst": hexstr(w[3])}
