@@ -9,9 +9,12 @@
 # Same shape as the router: no clock, no I/O, no asyncio. In: send(),
 # receive(src, payload, now), tick(now), flush(now). Out, through callables
 # the driver sets:
-#   tx(dst_key, buf, n, now) -> 0 or a failure code (NO_ROUTE, BUSY,
-#       TOO_BIG, NO_MEMORY): hand buf[:n] to the router as a traffic
-#       payload for dst_key (via_router(router) builds one).
+#   tx(dst_key, buf, n, now, body=None) -> 0 or a failure code (NO_ROUTE,
+#       BUSY, TOO_BIG, NO_MEMORY): hand buf[:n] followed by body (a
+#       fragment's data: a memoryview of the sender's data; None for an
+#       ack) to the router as a traffic payload for dst_key
+#       (via_router(router) builds one; the router joins them in the frame
+#       it builds, so no datagram-sized buffer is held here).
 #   on_datagram(src_key, dst_service, src_service, data): a whole datagram
 #       arrived; `data` is a memoryview valid only during the call.
 #   on_state(handle, state, reason): a send changed state (S_SENT,
@@ -22,9 +25,10 @@
 # (dgram_pending; a send keeps a reference to the caller's data, no copy),
 # acks owed (dgram_acks), delivered datagrams remembered (dgram_dedup), one
 # round-trip estimate per recent destination. What allocates: one
-# memoryview per datagram sent (the sender's data), one per datagram
-# delivered (the view handed to on_datagram), and via_router's slice of the
-# transmit buffer per frame (Router.send takes a payload object).
+# memoryview per datagram sent (the sender's data) and one per fragment of
+# a fragmented one (its slice), one per datagram delivered (the view handed
+# to on_datagram), and via_router's slice of the header buffer per frame
+# (Router.send takes a payload object).
 from array import array
 from snake.platform import const, copy_into, key_cmp, ticks_add, ticks_diff
 from snake.profile import DGRAM_HDR, DGRAM_MAX_FRAGS, dgram_frag
@@ -172,9 +176,9 @@ class Datagrams:
         self.next_id = first_id & 0xFFFF
         self.last_state = 0           # state of the datagram send() just returned
         self.last_reason = 0
-        # one buffer for every data frame we build (no fragment is longer
-        # than the largest datagram)
-        self.txbuf = bytearray(HDR + min(self.frag, self.max_size))
+        # the header of every frame we build (an ack's bitmap included); a
+        # fragment's data goes to tx as a view of the sender's data
+        self.txbuf = bytearray(_AF)
         self.s_v = array("i", [0] * (_SN * P))
         self.s_bits = bytearray(_SB * P)
         self.s_ref = [None] * (2 * P)
@@ -311,8 +315,7 @@ class Datagrams:
         h = v[o + _S_ID]
         while last >= 0:
             k = _bits_first(owed, ob, count)
-            n = self._build_data(i, k, k == last)
-            r = self.tx(self.s_ref[2 * i], self.txbuf, n, now)
+            r = self.tx(self.s_ref[2 * i], self.txbuf, HDR, now, self._build_data(i, k, k == last))
             if self._live(h, i) < 0:
                 return      # ended during tx (a local delivery acked it)
             if r != OK:
@@ -356,8 +359,8 @@ class Datagrams:
         b[14] = stride & 0xFF
         b[15] = total >> 8
         b[16] = total & 0xFF
-        copy_into(b, HDR, self.s_ref[2 * i + 1], off, ln)
-        return HDR + ln
+        mv = self.s_ref[2 * i + 1]
+        return mv if count == 1 else mv[off:off + ln]
 
     # ---- round-trip estimates ---------------------------------------------
     def _rslot(self, d):
@@ -831,10 +834,10 @@ def via_router(router, hop_limit=0):
     from snake.wire import WireError
     drops = router.counters.drops
 
-    def tx(dst, buf, n, now):
+    def tx(dst, buf, n, now, body=None):
         nr = drops[D_NO_ROUTE]
         try:
-            ok = router.send(dst, memoryview(buf)[:n], now, hop_limit)
+            ok = router.send(dst, memoryview(buf)[:n], now, hop_limit, body)
         except WireError:
             return TOO_BIG
         except MemoryError:

@@ -553,13 +553,15 @@ class Router:
             i += 1
         return best
 
-    def send(self, dst, payload, now, hop_limit=0):
+    def send(self, dst, payload, now, hop_limit=0, body=None):
         """Originate application traffic to key `dst`. Tree routing when we
         have the destination's coordinates cached, else SNEK. hop_limit 0
         means the profile's traffic_hop_limit: snakemesh relays count a
         hop limit above 10 down and drop the frame at 10, so it must cover
         the longest SNEK path; 10 or less is left alone as the reference's
-        (it originates 10 and its relays leave it untouched; _relay)."""
+        (it originates 10 and its relays leave it untouched; _relay).
+        body: more payload after `payload` (a datagram's data after its
+        header, joined in the frame: no copy of its own)."""
         self.now = now
         if hop_limit <= 0:
             hop_limit = self.traffic_hop_limit
@@ -572,17 +574,18 @@ class Router:
             dc = bytes(self.cc_coords[co:co + self.cc_len[slot]])
         pool = self.txpool
         if pool is None:
-            return self._send(self.buf, dc, scoords, dst, payload, hop_limit, now)
+            return self._send(self.buf, dc, scoords, dst, payload, hop_limit, now, body)
         # a transmit buffer that holds the frame either way (tree: both
         # coordinates; SNEK: the watermark, its sequence up to 10 bytes)
-        need = 16 + (len(dc) if dc else 0) + len(scoords) + 3 * 32 + 10 + len(payload)
+        need = (16 + (len(dc) if dc else 0) + len(scoords) + 3 * 32 + 10 + len(payload)
+                + (len(body) if body is not None else 0))
         j = pool.take(need if need < self.frame_max else self.frame_max)
         if j < 0:
             c.drops[D_QUEUE_FULL] += 1
             return False
         self._held = j
         try:
-            return self._send(pool.bufs[j], dc, scoords, dst, payload, hop_limit, now)
+            return self._send(pool.bufs[j], dc, scoords, dst, payload, hop_limit, now, body)
         finally:
             if self._held >= 0:
                 pool.give(self._held)
@@ -596,11 +599,11 @@ class Router:
         self._held = -1
         return self._tx_pooled(port, j, buf, n)
 
-    def _send(self, buf, dc, scoords, dst, payload, hop_limit, now):
+    def _send(self, buf, dc, scoords, dst, payload, hop_limit, now, body):
         c = self.counters
         f = self.f
         if dc is not None:
-            n = wire.encode_traffic(buf, dc, scoords, dst, self.key, FULL_KEY, 0, payload, hop_limit)
+            n = wire.encode_traffic(buf, dc, scoords, dst, self.key, FULL_KEY, 0, payload, hop_limit, body)
             if n > self.frame_max:
                 raise wire.WireError("oversize")
             f.decode(buf, n)
@@ -610,7 +613,7 @@ class Router:
                     c.originated += 1
                     return True
                 return False
-        n = wire.encode_traffic(buf, b"", scoords, dst, self.key, FULL_KEY, 0, payload, hop_limit)
+        n = wire.encode_traffic(buf, b"", scoords, dst, self.key, FULL_KEY, 0, payload, hop_limit, body)
         if n > self.frame_max:
             raise wire.WireError("oversize")
         f.decode(buf, n)

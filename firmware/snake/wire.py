@@ -525,13 +525,15 @@ def encode_bootstrap(buf, dst_key, wm_key, wm_seq, seq, root_key, root_seq, sig)
 
 
 def encode_traffic(buf, dcoords, scoords, dst_key, src_key, wm_key, wm_seq,
-                   payload, hop_limit=HOP_LIMIT_TRAFFIC):
+                   payload, hop_limit=HOP_LIMIT_TRAFFIC, body=None):
     # dcoords / scoords: coordinate bodies (concatenated varu64 ports, no
     # u16 prefix). The watermark is written only when dcoords is empty
-    # (wm_key None means FULL_KEY).
+    # (wm_key None means FULL_KEY). The payload is payload then body (when
+    # given): a layer's header and its caller's data, joined here.
     dl = len(dcoords)
     sl = len(scoords)
-    pl = len(payload)
+    hl = len(payload)
+    pl = hl if body is None else hl + len(body)
     _check_coords(dcoords, 0, dl)
     _check_coords(scoords, 0, sl)
     n = 12 + 2 + dl + 2 + sl + 2 * _KEY + pl
@@ -552,7 +554,9 @@ def encode_traffic(buf, dcoords, scoords, dst_key, src_key, wm_key, wm_seq,
     if dl == 0:
         i = _put_key(buf, i, FULL_KEY if wm_key is None else wm_key)
         i = encode_varu64(buf, i, wm_seq)
-    copy_into(buf, i, payload, 0, pl)
+    copy_into(buf, i, payload, 0, hl)
+    if body is not None:
+        copy_into(buf, i + hl, body, 0, pl - hl)
     return n
 
 

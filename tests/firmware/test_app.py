@@ -32,13 +32,13 @@ class Pair:
         self.meshes = {}
         for k in (KA, KB):
             dg = Datagrams(p, k, 7)
-            dg.tx = lambda dst, buf, n, now, k=k: self._tx(k, dst, buf, n)
+            dg.tx = lambda dst, buf, n, now, body=None, k=k: self._tx(k, dst, buf, n, body)
             self.meshes[k] = app.Mesh(FakeNode(k), dg)
 
-    def _tx(self, src, dst, buf, n):
+    def _tx(self, src, dst, buf, n, body):
         if bytes(dst) not in self.meshes:
             return NO_ROUTE
-        self.q.append((src, bytes(dst), bytes(buf[:n])))
+        self.q.append((src, bytes(dst), bytes(buf[:n]) + (bytes(body) if body is not None else b"")))
         return OK
 
     async def pump(self):

@@ -48,18 +48,18 @@ class Net:
         d = dict(self.kw)
         d.update(kw)
         dg = Datagrams(prof(**d), key, first_id=100)
-        dg.tx = lambda dst, buf, n, now, k=key: self._tx(k, dst, buf, n, now)
+        dg.tx = lambda dst, buf, n, now, body=None, k=key: self._tx(k, dst, buf, n, now, body)
         dg.on_state = lambda h, s, r, k=key: self.states.setdefault((k, h), []).append((s, r))
         dg.on_datagram = lambda src, ds, ss, data, k=key: self.got.setdefault(k, []).append(
             (src, ds, ss, bytes(data)))
         self.eps[key] = dg
         return dg
 
-    def _tx(self, src, dst, buf, n, now):
+    def _tx(self, src, dst, buf, n, now, body=None):
         m = self.mode.get(src, OK)
         if m != OK:
             return m
-        p = bytes(buf[:n])
+        p = bytes(buf[:n]) + (bytes(body) if body is not None else b"")
         self.log.append((now, src, bytes(dst), p))
         if self.drop is not None and self.drop(src, p):
             return OK
@@ -544,7 +544,7 @@ def test_timeouts_survive_the_ticks_wrap():
     from snake.platform import ticks_add
     sent = []
     a = Datagrams(prof(), KA, 1)
-    a.tx = lambda dst, buf, n, now: sent.append(now) or OK
+    a.tx = lambda dst, buf, n, now, body=None: sent.append(now) or OK
     ends = []
     a.on_state = lambda h, s, r: ends.append((s, r))
     now = ticks_add(0, -300)           # 300 ms before the ticks counter wraps

@@ -86,7 +86,8 @@ class Capture:
         d = {"dgram_max": 1000, "dgram_frag": 100, "dgram_reasm": 1}
         d.update(kw)
         dg = Datagrams(Profile(d), key, first_id)
-        dg.tx = lambda dst, buf, n, now: self.frames.append((bytes(dst), bytes(buf[:n]))) or OK
+        dg.tx = lambda dst, buf, n, now, body=None: self.frames.append(
+            (bytes(dst), bytes(buf[:n]) + (bytes(body) if body is not None else b""))) or OK
         dg.on_datagram = lambda src, ds, ss, data: self.got.append((bytes(src), ds, ss, bytes(data)))
         return dg
 
