@@ -33,21 +33,21 @@ from array import array
 from snake.platform import const, copy_into, key_cmp, ticks_add, ticks_diff
 from snake.profile import DGRAM_HDR, DGRAM_MAX_FRAGS, dgram_frag
 
-MAGIC0 = 0x53         # "S"
-MAGIC1 = 0x44         # "D": a datagram; ping/trace payloads start "SM" (probe.py)
-VERSION = 1
+_MAGIC0 = const(0x53)  # "S"
+_MAGIC1 = const(0x44)  # "D": a datagram; ping/trace payloads start "SM" (probe.py)
+_VERSION = const(1)
 T_DATA = 1
 T_ACK = 2
 HDR = DGRAM_HDR       # DATA header bytes before the fragment (17)
+# fragments per datagram: DGRAM_MAX_FRAGS (the ack bitmap's 8 bytes)
 ACK_HDR = 12          # ACK header bytes before the bitmap
-MAX_FRAGS = DGRAM_MAX_FRAGS   # fragments per datagram (ack bitmap: 8 bytes)
 
 # DATA flags (byte 4)
 F_ACK_REQ = 0x01      # the sender wants an end-to-end ack
 F_ACK_NOW = 0x02      # answer with the bitmap now (last fragment of a burst)
 # ACK flags (byte 4)
-F_REFUSED_BUSY = 0x04     # no reassembly slot free: try again later
-F_REFUSED_TOO_BIG = 0x08  # larger than the receiver's dgram_max
+_F_REFUSED_BUSY = const(0x04)     # no reassembly slot free: try again later
+_F_REFUSED_TOO_BIG = const(0x08)  # larger than the receiver's dgram_max
 
 # send states (on_state, last_state) and failure reasons
 S_PENDING = 1
@@ -107,11 +107,6 @@ _G_ACKS_DROPPED = const(19)    # acks not sent: the ring of owed acks was full o
 N_STATS = const(20)
 
 
-def frag_size(profile):
-    """Fragment data bytes of this profile (profile.dgram_frag)."""
-    return dgram_frag(profile)
-
-
 # Slot state lives in one integer array per table (a slot's fields at
 # slot * stride + field), one bytearray per table for keys and bitmaps and
 # one list per table for object references: a handful of heap objects
@@ -164,7 +159,7 @@ class Datagrams:
     def __init__(self, profile, key, first_id=1):
         self.key = bytes(key)
         self.max_size = profile.dgram_max
-        self.frag = frag_size(profile)
+        self.frag = dgram_frag(profile)
         P = profile.dgram_pending
         R = profile.dgram_reasm
         A = profile.dgram_acks
@@ -217,7 +212,7 @@ class Datagrams:
         n = len(data)
         fr = self.frag
         count = 1 if n <= fr else (n + fr - 1) // fr
-        if n > self.max_size or n > 0xFFFF or count > MAX_FRAGS:
+        if n > self.max_size or n > 0xFFFF or count > DGRAM_MAX_FRAGS:
             return self._final_now(h, S_FAILED, TOO_BIG)
         v = self.s_v
         P = len(self.s_ref) >> 1
@@ -300,75 +295,66 @@ class Datagrams:
         if self._pumping:
             return
         self._pumping = True
-        try:
-            self._pump1(i, now)
-        finally:
-            self._pumping = False
-
-    def _pump1(self, i, now):
         v = self.s_v
         o = i * _SN
         owed = self.s_bits
         ob = _SB * i
-        count = v[o + _S_COUNT]
-        last = _bits_last(owed, ob, count)
-        h = v[o + _S_ID]
-        while last >= 0:
-            k = _bits_first(owed, ob, count)
-            r = self.tx(self.s_ref[2 * i], self.txbuf, HDR, now, self._build_data(i, k, k == last))
-            if self._live(h, i) < 0:
-                return      # ended during tx (a local delivery acked it)
-            if r != OK:
-                if r == TOO_BIG or r == NO_MEMORY or (r == NO_ROUTE and not v[o + _S_ACK]):
-                    self._finish(i, S_FAILED, r)
-                    return
-                v[o + _S_ERR] = r
-                return
-            _bit_clear(owed, ob, k)
-            if count > 1:
-                self.stats[_G_FRAGMENTS_SENT] += 1
-            if k == last:
-                if v[o + _S_TRIES] == 1:
-                    if v[o + _S_SAMPLING]:
-                        v[o + _S_SAMPLE] = now
-                    self.stats[_G_SENT] += 1
-                if not v[o + _S_ACK]:
-                    self._finish(i, S_SENT, 0)
-                    return
-                v[o + _S_ERR] = 0
-                return
-
-    def _build_data(self, i, k, ack_now):
         b = self.txbuf
-        v = self.s_v
-        o = i * _SN
+        count = v[o + _S_COUNT]
         stride = v[o + _S_STRIDE]
         total = v[o + _S_LEN]
-        count = v[o + _S_COUNT]
-        off = k * stride
-        ln = stride if k < count - 1 else total - off
-        fl = 0
-        if v[o + _S_ACK]:
-            fl = F_ACK_REQ
-            if ack_now:
-                fl |= F_ACK_NOW
-        _put_head(b, T_DATA, fl, v[o + _S_DSVC], v[o + _S_SSVC], v[o + _S_ID])
-        b[11] = count
-        b[12] = k
-        b[13] = stride >> 8
-        b[14] = stride & 0xFF
-        b[15] = total >> 8
-        b[16] = total & 0xFF
-        mv = self.s_ref[2 * i + 1]
-        return mv if count == 1 else mv[off:off + ln]
+        h = v[o + _S_ID]
+        last = count - 1
+        while last >= 0 and not _bit(owed, ob, last):
+            last -= 1
+        try:
+            while last >= 0:
+                k = _bits_first(owed, ob, count)
+                fl = 0
+                if v[o + _S_ACK]:
+                    fl = F_ACK_REQ
+                    if k == last:
+                        fl |= F_ACK_NOW
+                _put_head(b, T_DATA, fl, v[o + _S_DSVC], v[o + _S_SSVC], h)
+                b[11] = count
+                b[12] = k
+                b[13] = stride >> 8
+                b[14] = stride & 0xFF
+                b[15] = total >> 8
+                b[16] = total & 0xFF
+                mv = self.s_ref[2 * i + 1]
+                if count > 1:
+                    off = k * stride
+                    mv = mv[off:off + stride if k < count - 1 else total]
+                r = self.tx(self.s_ref[2 * i], b, HDR, now, mv)
+                if self._live(h, i) < 0:
+                    return      # ended during tx (a local delivery acked it)
+                if r != OK:
+                    if r == TOO_BIG or r == NO_MEMORY or (r == NO_ROUTE and not v[o + _S_ACK]):
+                        self._finish(i, S_FAILED, r)
+                        return
+                    v[o + _S_ERR] = r
+                    return
+                owed[ob + (k >> 3)] &= ~(0x80 >> (k & 7)) & 0xFF
+                if count > 1:
+                    self.stats[_G_FRAGMENTS_SENT] += 1
+                if k == last:
+                    if v[o + _S_TRIES] == 1:
+                        if v[o + _S_SAMPLING]:
+                            v[o + _S_SAMPLE] = now
+                        self.stats[_G_SENT] += 1
+                    if not v[o + _S_ACK]:
+                        self._finish(i, S_SENT, 0)
+                        return
+                    v[o + _S_ERR] = 0
+                    return
+        finally:
+            self._pumping = False
 
     # ---- round-trip estimates ---------------------------------------------
-    def _rslot(self, d):
-        return _find(self.r_v, _RN, self.r_key, d)
-
     def _rto(self, i, now):
         """Retransmission timeout for send i's destination, before backoff."""
-        j = self._rslot(self.s_ref[2 * i])
+        j = _find(self.r_v, _RN, self.r_key, self.s_ref[2 * i])
         if j < 0:
             return RTO_INIT_MS
         o = j * _RN
@@ -382,7 +368,7 @@ class Datagrams:
     def _rtt_sample(self, i, rtt, now):
         v = self.r_v
         d = self.s_ref[2 * i]
-        j = self._rslot(d)
+        j = _find(v, _RN, self.r_key, d)
         if j < 0:
             # a new destination takes a free slot or the least recently sampled
             j = 0
@@ -410,7 +396,7 @@ class Datagrams:
 
     def rtt_of(self, key):
         """(srtt_ms, rttvar_ms) measured to `key`, or None."""
-        j = self._rslot(key)
+        j = _find(self.r_v, _RN, self.r_key, key)
         if j < 0:
             return None
         return (self.r_v[j * _RN + _R_SRTT], self.r_v[j * _RN + _R_VAR])
@@ -422,13 +408,23 @@ class Datagrams:
         v = self.s_v
         i = 0
         while i < len(self.s_ref) >> 1:
-            if v[i * _SN + _S_USED]:
-                self._tick_send(i, now)
+            o = i * _SN
+            if not v[o + _S_USED]:
+                pass
+            elif ticks_diff(now, v[o + _S_DEADLINE]) < 0:
+                if _bits_first(self.s_bits, _SB * i, v[o + _S_COUNT]) >= 0:
+                    self._pump(i, now)
+            elif not v[o + _S_ACK]:
+                # a send without ack that tx kept refusing for a whole RTO
+                self._finish(i, S_FAILED, v[o + _S_ERR] or BUSY)
+            elif v[o + _S_TRIES] >= MAX_TRIES:
+                self._finish(i, S_FAILED, v[o + _S_ERR] or TIMEOUT)
+            else:
+                # no answer: resend the highest fragment the receiver has
+                # not confirmed, asking for its bitmap (fragments a blocked
+                # burst still owes go too)
+                self._retry(i, now, True)
             i += 1
-        self._expire(now)
-        self.flush(now)
-
-    def _expire(self, now):
         v = self.m_v
         i = 0
         while i < len(self.m_buf):
@@ -437,25 +433,7 @@ class Datagrams:
                 v[o + _M_USED] = 0
                 self.stats[_G_REASM_EXPIRED] += 1
             i += 1
-
-    def _tick_send(self, i, now):
-        v = self.s_v
-        o = i * _SN
-        if ticks_diff(now, v[o + _S_DEADLINE]) < 0:
-            if _bits_first(self.s_bits, _SB * i, v[o + _S_COUNT]) >= 0:
-                self._pump(i, now)
-            return
-        if not v[o + _S_ACK]:
-            # a send without ack that tx kept refusing for a whole RTO
-            self._finish(i, S_FAILED, v[o + _S_ERR] or BUSY)
-            return
-        if v[o + _S_TRIES] >= MAX_TRIES:
-            self._finish(i, S_FAILED, v[o + _S_ERR] or TIMEOUT)
-            return
-        # no answer: resend the highest fragment the receiver has not
-        # confirmed, asking for its bitmap (fragments a blocked burst still
-        # owes go too)
-        self._retry(i, now, True)
+        self.flush(now)
 
     def _retry(self, i, now, probe):
         v = self.s_v
@@ -485,9 +463,9 @@ class Datagrams:
         payload); True when it was one (also when it was malformed:
         counted, dropped)."""
         n = len(payload)
-        if n < 2 or payload[0] != MAGIC0 or payload[1] != MAGIC1:
+        if n < 2 or payload[0] != _MAGIC0 or payload[1] != _MAGIC1:
             return False
-        if n < ACK_HDR or payload[2] != VERSION:
+        if n < ACK_HDR or payload[2] != _VERSION:
             self.stats[_G_MALFORMED] += 1
             return True
         t = payload[3]
@@ -511,7 +489,7 @@ class Datagrams:
         stride = _u16(p, 13)
         total = _u16(p, 15)
         ln = n - HDR
-        if count < 1 or count > MAX_FRAGS or k >= count:
+        if count < 1 or count > DGRAM_MAX_FRAGS or k >= count:
             st[_G_MALFORMED] += 1
             return
         if count == 1:
@@ -534,20 +512,22 @@ class Datagrams:
             if want_ack:
                 self._remember(src, hid, now)
                 self._owe_ack(src, p, 1, None, -1, 0)
-            self._hand_up(src, p, memoryview(p)[HDR:HDR + ln])
+            data = memoryview(p)[HDR:HDR + ln]
+            if self.on_datagram is not None:
+                self.on_datagram(src, _u16(p, 5), _u16(p, 7), data)
             return
         st[_G_FRAGMENTS_RECEIVED] += 1
         if total > self.max_size:
             st[_G_REASM_TOO_BIG] += 1
             if want_ack and fl & F_ACK_NOW:
-                self._owe_ack(src, p, count, None, -1, F_REFUSED_TOO_BIG)
+                self._owe_ack(src, p, count, None, -1, _F_REFUSED_TOO_BIG)
             return
         m = self._reasm_slot(src, hid, count, stride, total, now)
         if m < 0:
             if m == -1:
                 st[_G_REASM_REFUSED] += 1
                 if want_ack and fl & F_ACK_NOW:
-                    self._owe_ack(src, p, count, None, -1, F_REFUSED_BUSY)
+                    self._owe_ack(src, p, count, None, -1, _F_REFUSED_BUSY)
             else:
                 st[_G_MALFORMED] += 1     # layout differs from its other fragments
             return
@@ -566,13 +546,11 @@ class Datagrams:
             if v[o + _M_FLAGS] & F_ACK_REQ:
                 self._remember(src, hid, now)
                 self._owe_ack(src, p, count, None, -1, 0)
-            self._hand_up(src, p, memoryview(self.m_buf[m])[:total])
+            data = memoryview(self.m_buf[m])[:total]
+            if self.on_datagram is not None:
+                self.on_datagram(src, _u16(p, 5), _u16(p, 7), data)
         elif want_ack and fl & F_ACK_NOW:
             self._owe_ack(src, p, count, self.m_have, hb, 0)
-
-    def _hand_up(self, src, p, data):
-        if self.on_datagram is not None:
-            self.on_datagram(src, _u16(p, 5), _u16(p, 7), data)
 
     def _reasm_slot(self, src, hid, count, stride, total, now):
         """Reassembly slot of (src, hid): found, or a free one set up; -1
@@ -651,16 +629,16 @@ class Datagrams:
         self.a_dst[j] = src
         fb = self.a_frame
         o = _AF * j
-        fb[o] = MAGIC0
-        fb[o + 1] = MAGIC1
-        fb[o + 2] = VERSION
+        fb[o] = _MAGIC0
+        fb[o + 1] = _MAGIC1
+        fb[o + 2] = _VERSION
         fb[o + 3] = T_ACK
         fb[o + 4] = flags
         copy_into(fb, o + 5, p, 5, 6)    # services and id, as in the data
         fb[o + 11] = count
         k = 0
         while k < (count + 7) >> 3:
-            if flags & (F_REFUSED_BUSY | F_REFUSED_TOO_BIG):
+            if flags & (_F_REFUSED_BUSY | _F_REFUSED_TOO_BIG):
                 x = 0
             elif have is None:
                 x = 0xFF
@@ -696,7 +674,7 @@ class Datagrams:
         st = self.stats
         count = p[11]
         nb = (count + 7) >> 3
-        if count < 1 or count > MAX_FRAGS or n != ACK_HDR + nb:
+        if count < 1 or count > DGRAM_MAX_FRAGS or n != ACK_HDR + nb:
             st[_G_MALFORMED] += 1
             return
         st[_G_ACKS_RECEIVED] += 1
@@ -714,10 +692,10 @@ class Datagrams:
             st[_G_ACKS_UNMATCHED] += 1
             return
         fl = p[4]
-        if fl & F_REFUSED_TOO_BIG:
+        if fl & _F_REFUSED_TOO_BIG:
             self._finish(i, S_FAILED, TOO_BIG)
             return
-        if fl & F_REFUSED_BUSY:
+        if fl & _F_REFUSED_BUSY:
             v[o + _S_ERR] = BUSY    # the retry timer tries again
             return
         b = self.s_bits
@@ -768,9 +746,9 @@ def _u16(p, o):
 
 
 def _put_head(b, t, fl, dsvc, ssvc, hid):
-    b[0] = MAGIC0
-    b[1] = MAGIC1
-    b[2] = VERSION
+    b[0] = _MAGIC0
+    b[1] = _MAGIC1
+    b[2] = _VERSION
     b[3] = t
     b[4] = fl
     b[5] = dsvc >> 8
@@ -789,10 +767,6 @@ def _bit(b, o, k):
 
 def _bit_set(b, o, k):
     b[o + (k >> 3)] |= 0x80 >> (k & 7)
-
-
-def _bit_clear(b, o, k):
-    b[o + (k >> 3)] &= ~(0x80 >> (k & 7)) & 0xFF
 
 
 def _bits_fill(b, o, count):
@@ -814,15 +788,6 @@ def _bits_first(b, o, count, clear=False):
         if (not _bit(b, o, k)) == clear:
             return k
         k += 1
-    return -1
-
-
-def _bits_last(b, o, count):
-    k = count - 1
-    while k >= 0:
-        if _bit(b, o, k):
-            return k
-        k -= 1
     return -1
 
 
