@@ -127,7 +127,7 @@ _S_DEADLINE = const(10)
 _S_SAMPLE = const(11)     # when the first burst's ACK_NOW left
 _S_SAMPLING = const(12)
 _SN = const(13)
-# s_bits: 16 bytes a send: fragments still to hand to tx, then fragments
+# 16 bytes a send in buf: fragments still to hand to tx, then fragments
 # the receiver holds (bitmaps); s_ref: destination key, caller's data
 _SB = const(16)
 _ACKED = const(8)
@@ -137,7 +137,7 @@ _R_SRTT = const(1)
 _R_VAR = const(2)
 _R_TIME = const(3)
 _RN = const(4)
-# reassemblies: m_v fields (m_have: 8 bytes a slot, m_buf: the buffers)
+# reassemblies: m_v fields (8 bytes of bitmap a slot in buf, m_buf: the buffers)
 _M_USED = const(0)
 _M_ID = const(1)
 _M_COUNT = const(2)
@@ -152,7 +152,7 @@ _D_USED = const(0)
 _D_ID = const(1)
 _D_TIME = const(2)
 _DN = const(3)
-_AF = const(20)           # bytes an owed ack holds in a_frame (ACK_HDR + 8)
+_AF = const(20)           # bytes of a frame header in buf (ACK_HDR + 8)
 
 
 class Datagrams:
@@ -171,18 +171,23 @@ class Datagrams:
         self.next_id = first_id & 0xFFFF
         self.last_state = 0           # state of the datagram send() just returned
         self.last_reason = 0
-        # the header of every frame we build (an ack's bitmap included); a
-        # fragment's data goes to tx as a view of the sender's data
-        self.txbuf = bytearray(_AF)
+        # Every table's bytes in one buffer: the header of every frame we
+        # build (an ack's bitmap included; a fragment's data goes to tx as
+        # a view of the sender's data) at 0, the sends' bitmaps at _AF,
+        # then the owed acks' frames (at _ak), the keys of the round-trip
+        # estimates (_rk), of the reassemblies (_mk), their bitmaps (_mh)
+        # and the keys of the delivered datagrams remembered (_dk).
+        self._ak = _AF + _SB * P
+        self._rk = self._ak + _AF * A
+        self._mk = self._rk + 32 * P
+        self._mh = self._mk + 32 * R
+        self._dk = self._mh + 8 * R
+        self.buf = bytearray(self._dk + 32 * D)
         self.s_v = array("i", [0] * (_SN * P))
-        self.s_bits = bytearray(_SB * P)
         self.s_ref = [None] * (2 * P)
         # round-trip estimates per destination (as many as sends in flight)
         self.r_v = array("i", [0] * (_RN * P))
-        self.r_key = bytearray(32 * P)
         self.m_v = array("i", [0] * (_MN * R))
-        self.m_key = bytearray(32 * R)
-        self.m_have = bytearray(8 * R)
         self.m_buf = [bytearray(self.max_size) for _ in range(R)]
         # acks owed (sent by flush, never from inside the router's
         # callbacks): a ring of frames and their destinations (the source's
@@ -190,10 +195,8 @@ class Datagrams:
         self.a_n = 0
         self.a_head = 0
         self.a_dst = [None] * A
-        self.a_frame = bytearray(_AF * A)
         # delivered datagrams remembered: (source key, id, time), a ring
         self.d_v = array("i", [0] * (_DN * D))
-        self.d_key = bytearray(32 * D)
         self.d_next = 0
         self._pumping = False
 
@@ -236,8 +239,8 @@ class Datagrams:
         v[o + _S_COUNT] = count
         v[o + _S_STRIDE] = n if count == 1 else (n + count - 1) // count
         v[o + _S_ACK] = 1 if ack else 0
-        _bits_fill(self.s_bits, _SB * i, count)
-        _bits_fill(self.s_bits, _SB * i + _ACKED, 0)
+        _bits_fill(self.buf, _AF + _SB * i, count)
+        _bits_fill(self.buf, _AF + _SB * i + _ACKED, 0)
         v[o + _S_TRIES] = 1
         v[o + _S_ERR] = 0
         v[o + _S_SAMPLING] = 1 if ack else 0
@@ -297,9 +300,8 @@ class Datagrams:
         self._pumping = True
         v = self.s_v
         o = i * _SN
-        owed = self.s_bits
-        ob = _SB * i
-        b = self.txbuf
+        owed = b = self.buf
+        ob = _AF + _SB * i
         count = v[o + _S_COUNT]
         stride = v[o + _S_STRIDE]
         total = v[o + _S_LEN]
@@ -354,7 +356,7 @@ class Datagrams:
     # ---- round-trip estimates ---------------------------------------------
     def _rto(self, i, now):
         """Retransmission timeout for send i's destination, before backoff."""
-        j = _find(self.r_v, _RN, self.r_key, self.s_ref[2 * i])
+        j = _find(self.r_v, _RN, self.buf, self._rk, self.s_ref[2 * i])
         if j < 0:
             return RTO_INIT_MS
         o = j * _RN
@@ -368,7 +370,7 @@ class Datagrams:
     def _rtt_sample(self, i, rtt, now):
         v = self.r_v
         d = self.s_ref[2 * i]
-        j = _find(v, _RN, self.r_key, d)
+        j = _find(v, _RN, self.buf, self._rk, d)
         if j < 0:
             # a new destination takes a free slot or the least recently sampled
             j = 0
@@ -382,7 +384,7 @@ class Datagrams:
                 k += 1
             o = j * _RN
             v[o + _R_USED] = 1
-            copy_into(self.r_key, 32 * j, d, 0, 32)
+            copy_into(self.buf, self._rk + 32 * j, d, 0, 32)
             v[o + _R_SRTT] = rtt
             v[o + _R_VAR] = rtt >> 1
         else:
@@ -396,7 +398,7 @@ class Datagrams:
 
     def rtt_of(self, key):
         """(srtt_ms, rttvar_ms) measured to `key`, or None."""
-        j = _find(self.r_v, _RN, self.r_key, key)
+        j = _find(self.r_v, _RN, self.buf, self._rk, key)
         if j < 0:
             return None
         return (self.r_v[j * _RN + _R_SRTT], self.r_v[j * _RN + _R_VAR])
@@ -412,7 +414,7 @@ class Datagrams:
             if not v[o + _S_USED]:
                 pass
             elif ticks_diff(now, v[o + _S_DEADLINE]) < 0:
-                if _bits_first(self.s_bits, _SB * i, v[o + _S_COUNT]) >= 0:
+                if _bits_first(self.buf, _AF + _SB * i, v[o + _S_COUNT]) >= 0:
                     self._pump(i, now)
             elif not v[o + _S_ACK]:
                 # a send without ack that tx kept refusing for a whole RTO
@@ -438,8 +440,8 @@ class Datagrams:
     def _retry(self, i, now, probe):
         v = self.s_v
         o = i * _SN
-        b = self.s_bits
-        ob = _SB * i
+        b = self.buf
+        ob = _AF + _SB * i
         t = v[o + _S_TRIES] + 1
         v[o + _S_TRIES] = t
         self.stats[_G_RETRIES] += 1
@@ -533,9 +535,9 @@ class Datagrams:
             return
         v = self.m_v
         o = m * _MN
-        hb = 8 * m
-        if not _bit(self.m_have, hb, k):
-            _bit_set(self.m_have, hb, k)
+        hb = self._mh + 8 * m
+        if not _bit(self.buf, hb, k):
+            _bit_set(self.buf, hb, k)
             v[o + _M_GOT] += 1
             copy_into(self.m_buf[m], k * stride, p, HDR, ln)
         v[o + _M_TIME] = now
@@ -550,7 +552,7 @@ class Datagrams:
             if self.on_datagram is not None:
                 self.on_datagram(src, _u16(p, 5), _u16(p, 7), data)
         elif want_ack and fl & F_ACK_NOW:
-            self._owe_ack(src, p, count, self.m_have, hb, 0)
+            self._owe_ack(src, p, count, self.buf, hb, 0)
 
     def _reasm_slot(self, src, hid, count, stride, total, now):
         """Reassembly slot of (src, hid): found, or a free one set up; -1
@@ -561,7 +563,7 @@ class Datagrams:
         while i < len(self.m_buf):
             o = i * _MN
             if v[o + _M_USED]:
-                if v[o + _M_ID] == hid and key_cmp(self.m_key, 32 * i, src, 0) == 0:
+                if v[o + _M_ID] == hid and key_cmp(self.buf, self._mk + 32 * i, src, 0) == 0:
                     if (v[o + _M_COUNT] != count or v[o + _M_STRIDE] != stride
                             or v[o + _M_TOTAL] != total):
                         return -2
@@ -578,14 +580,14 @@ class Datagrams:
             return -1
         o = free * _MN
         v[o + _M_USED] = 1
-        copy_into(self.m_key, 32 * free, src, 0, 32)
+        copy_into(self.buf, self._mk + 32 * free, src, 0, 32)
         v[o + _M_ID] = hid
         v[o + _M_COUNT] = count
         v[o + _M_STRIDE] = stride
         v[o + _M_TOTAL] = total
         v[o + _M_FLAGS] = 0
         v[o + _M_GOT] = 0
-        _bits_fill(self.m_have, 8 * free, 0)
+        _bits_fill(self.buf, self._mh + 8 * free, 0)
         v[o + _M_TIME] = now
         return free
 
@@ -601,7 +603,7 @@ class Datagrams:
             o = i * _DN
             if (v[o + _D_USED] and v[o + _D_ID] == hid
                     and ticks_diff(now, v[o + _D_TIME]) < DEDUP_MS
-                    and key_cmp(self.d_key, 32 * i, src, 0) == 0):
+                    and key_cmp(self.buf, self._dk + 32 * i, src, 0) == 0):
                 return True
             i += 1
         return False
@@ -612,7 +614,7 @@ class Datagrams:
         self.d_next = (i + 1) % (len(v) // _DN)
         o = i * _DN
         v[o + _D_USED] = 1
-        copy_into(self.d_key, 32 * i, src, 0, 32)
+        copy_into(self.buf, self._dk + 32 * i, src, 0, 32)
         v[o + _D_ID] = hid
         v[o + _D_TIME] = now
 
@@ -627,8 +629,8 @@ class Datagrams:
         j = (self.a_head + self.a_n) % A
         self.a_n += 1
         self.a_dst[j] = src
-        fb = self.a_frame
-        o = _AF * j
+        fb = self.buf
+        o = self._ak + _AF * j
         fb[o] = _MAGIC0
         fb[o + 1] = _MAGIC1
         fb[o + 2] = _VERSION
@@ -654,15 +656,14 @@ class Datagrams:
         """Send the owed acks (call after router.receive and on every tick:
         never from inside the router's callbacks)."""
         A = len(self.a_dst)
-        b = self.txbuf
-        fb = self.a_frame
+        b = self.buf
         while self.a_n:
             j = self.a_head
             self.a_head = (j + 1) % A
             self.a_n -= 1
-            o = _AF * j
-            n = ACK_HDR + ((fb[o + 11] + 7) >> 3)
-            copy_into(b, 0, fb, o, n)
+            o = self._ak + _AF * j
+            n = ACK_HDR + ((b[o + 11] + 7) >> 3)
+            copy_into(b, 0, b, o, n)
             d = self.a_dst[j]
             self.a_dst[j] = None
             if self.tx(d, b, n, now) == OK:
@@ -698,8 +699,8 @@ class Datagrams:
         if fl & _F_REFUSED_BUSY:
             v[o + _S_ERR] = BUSY    # the retry timer tries again
             return
-        b = self.s_bits
-        ob = _SB * i
+        b = self.buf
+        ob = _AF + _SB * i
         k = 0
         while k < nb:
             b[ob + _ACKED + k] |= p[ACK_HDR + k]
@@ -730,12 +731,12 @@ def _used(v, stride):
     return c
 
 
-def _find(v, stride, keys, key):
+def _find(v, stride, keys, base, key):
     """Slot in use of a table whose field 0 says so and whose key (32 bytes
-    a slot in keys) is `key`, else -1."""
+    a slot in keys from base) is `key`, else -1."""
     j = 0
     while j * stride < len(v):
-        if v[j * stride] and key_cmp(keys, 32 * j, key, 0) == 0:
+        if v[j * stride] and key_cmp(keys, base + 32 * j, key, 0) == 0:
             return j
         j += 1
     return -1
