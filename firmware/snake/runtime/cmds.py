@@ -371,7 +371,19 @@ def _datagram(c, node, cmd, args, rid):
         m.stage = None
     else:
         data = _unhex(args[3])
-    return m.send(c, rid, key, svc, data, ack)
+    # the reply now when the datagram is already final, else when it is
+    # (the Link's state())
+    from snake.datagram import S_PENDING
+    from snake.runtime.dglink import reply
+    dg = m.dg
+    now = platform.ticks_ms()
+    hid = dg.send(key, svc, data, now, ack)
+    dg.flush(now)       # acks owed to a local delivery (a datagram to our own key)
+    w = (hid, c, rid, key, svc, len(data), now)
+    if dg.last_state == S_PENDING:
+        m.waits.append(w)
+        return None
+    return reply(w, dg.last_state, dg.last_reason, now)
 
 
 def _spawn(c, cmd, rid, coro):
@@ -395,13 +407,17 @@ def counters_fields(c):
     d["capacity"] = report.capacity(r)
     d["mem_free"] = c.heap[1] if c.heap is not None else None
     d["defence"] = report.defence(c.node)
-    dg = c.node.dg
+    ln = c.node.dgl
     dd = None
-    if dg is not None:
-        dd = report.datagrams(dg)
-        a = c.node.dgl.stats()
-        for k in a:
-            dd[k] = a[k]
+    if ln is not None:
+        dd = report.datagrams(ln.dg)
+        dd["no_listener"] = ln.no_listener
+        dd["app_dropped"] = 0
+        m = c.node.app
+        if m is not None:
+            a = m.stats()
+            for k in a:
+                dd[k] += a[k]
     d["datagrams"] = dd
     t = c.node.tele
     tt = None

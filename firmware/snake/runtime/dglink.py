@@ -27,23 +27,12 @@ class Link:
         self.dg = dg
         self.mesh = None          # the Mesh (app.py), once an application asked
         self.tap = None           # (console, service or -1): the console's `recv`
-        self.waits = []           # console sends in flight: (id, console, request id, dst, service, len, t0)
+        # console sends in flight (snake/runtime/cmds.py adds them):
+        # (id, console, request id, dst, service, len, t0)
+        self.waits = []
         self.stage = None         # console `put`: a datagram built line by line
         self.staged = 0
         self.no_listener = 0      # datagrams for no service listened to (no Mesh, no tap)
-
-    def send(self, c, rid, dst, service, data, ack):
-        """The console's `send`: the reply now when the datagram is already
-        final, else None (the reply follows when it is: state())."""
-        dg = self.dg
-        now = ticks_ms()
-        hid = dg.send(dst, service, data, now, ack)
-        dg.flush(now)       # acks owed to a local delivery (a datagram to our own key)
-        w = (hid, c, rid, dst, service, len(data), now)
-        if dg.last_state == dgm.S_PENDING:
-            self.waits.append(w)
-            return None
-        return _reply(w, dg.last_state, dg.last_reason, now)
 
     def state(self, hid, state, reason):
         for w in self.waits:
@@ -51,7 +40,7 @@ class Link:
                 self.waits.remove(w)
                 c = w[1]
                 try:
-                    c.reply("send", w[2], _reply(w, state, reason, ticks_ms()))
+                    c.reply("send", w[2], reply(w, state, reason, ticks_ms()))
                 except MemoryError:
                     c.oom += 1
                 return
@@ -80,16 +69,8 @@ class Link:
         elif t is None:
             self.no_listener += 1
 
-    def stats(self):
-        d = {"no_listener": self.no_listener, "app_dropped": 0}
-        m = self.mesh
-        if m is not None:
-            a = m.stats()
-            for k in a:
-                d[k] += a[k]
-        return d
 
-
-def _reply(w, state, reason, now):
+def reply(w, state, reason, now):
+    """The console's reply to a `send` (w: its entry in Link.waits)."""
     return {"id": w[0], "service": w[4], "len": w[5], "state": dgm.STATE_NAMES[state],
             "reason": dgm.REASON_NAMES[reason], "rtt_ms": ticks_diff(now, w[6]), "dst": hexstr(w[3])}
