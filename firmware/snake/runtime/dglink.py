@@ -1,7 +1,8 @@
-# The node's datagram layer and what its console asks of it: built on first
-# use (Node.datagrams()), by the console's send/put/recv, an incoming
-# datagram or an application (snake/runtime/app.py's Mesh, built on top of
-# this only when an application asks: the console never needs it).
+# The node's datagram layer and what its console asks of it.
+#
+# Built on first use (Node.datagrams()): by the console's send/put/recv, an
+# incoming datagram or an application (snake/runtime/app.py's Mesh, built
+# on top of this only when an application asks: the console never needs it).
 #
 # Link owns the Datagrams' callbacks and hands them on: a final state to
 # the console's `send` that waits for it (a reply line) or to the Mesh's
