@@ -108,10 +108,10 @@ N_STATS = const(20)
 
 
 # Slot state lives in one integer array per table (a slot's fields at
-# slot * stride + field), one bytearray per table for keys and bitmaps and
-# one list per table for object references: a handful of heap objects
-# whatever the table sizes, since every object costs its header and
-# allocation rounding on a small heap.
+# slot * stride + field), one bytearray for every table's keys, bitmaps and
+# frames (Datagrams.buf) and one list per table for object references: a
+# handful of heap objects whatever the table sizes, since every object
+# costs its header and allocation rounding on a small heap.
 # sends in flight: s_v fields
 _S_USED = const(0)
 _S_ID = const(1)
