@@ -16,6 +16,7 @@ from snake.tables import key_eq_at, keys_eq_at, HopPool, NONE, lower_bound
 _ROOT_INTERVAL_MS = const(30 * 60 * 1000)   # root re-announces with seq+1
 _ANN_EXPIRY_MS = const(45 * 60 * 1000)      # a peer's announcement expires
 _REPARENT_WAIT_MS = const(1000)             # after bad news: wait before selecting
+_RESEQ_EARLY_MS = const(4000)               # a new root's early seq+1 (choice H)
 
 # sanity check failures (also telemetry event details)
 S_OK = None
@@ -59,6 +60,11 @@ class Tree:
         self.parent = 0              # 0: we are the root
         self.seq = 1                 # our root sequence (when root)
         self.root_sent = 0           # when we last announced as root
+        # a new root's early re-announcement (PROTOCOL_NOTES.md choice H):
+        # its delay, 0 for none (the reference's timing); the delay still
+        # due, 0 once it is done (then every 30 min)
+        self.reseq_early = _RESEQ_EARLY_MS
+        self.reseq_due = _RESEQ_EARLY_MS
         self.wait = False            # 1 s reparent wait active
         self.wait_until = 0
         self.sig = None              # our hop signature over the parent's announcement
@@ -444,6 +450,7 @@ class Tree:
             self.wait_until = now
         if not was_root:
             self.changed = True
+            self.reseq_due = self.reseq_early
         self.r.announce_all()
 
     def select_parent(self, now):
@@ -497,10 +504,18 @@ class Tree:
             self.select_parent(now)
         if self.parent and self.expired(self.parent, now):
             self.select_parent(now)
-        if self.parent == 0 and ticks_diff(now, self.root_sent) >= _ROOT_INTERVAL_MS:
+        if self.parent == 0 and ticks_diff(now, self.root_sent) >= (
+                self.reseq_due or _ROOT_INTERVAL_MS):
+            # A new root's tree is no breadth-first tree: a node keeps the
+            # peer that first brought the root's sequence, while links were
+            # still coming up and queues were full of the start's
+            # announcements. A new sequence soon after lets every node
+            # choose again by first arrival over the links that are up, so
+            # a new root re-announces once early, then every 30 min.
             self.seq += 1
             self.root_sig = None
             self.root_sent = now
+            self.reseq_due = 0
             self.r.announce_all()
 
     # ---- building our announcement for one peer -------------------------

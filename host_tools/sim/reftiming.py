@@ -38,6 +38,8 @@ class ReferenceTimingRouter(Router):
         self.bs_interval = BOOTSTRAP_INTERVAL_MS
         self.bs_ramp_ms = ()
         self.bs_ramp = 0
+        self.tree.reseq_early = 0     # a root re-announces every 30 min only
+        self.tree.reseq_due = 0
         self.hop_limiting = False
         self.traffic_hop_limit = wire.HOP_LIMIT_TRAFFIC
 

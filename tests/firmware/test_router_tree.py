@@ -244,8 +244,11 @@ def test_parent_selection_prefers_higher_sequence_then_earliest_received():
 
 
 def test_root_refreshes_every_30_minutes_with_sequence_increment():
+    # the reference's timing (host_tools/sim/reftiming.py): no early
+    # re-announcements, the first new sequence after 30 min
     lo, hi = roles(2)
     n = Node(hi)
+    n.r.tree.reseq_early = n.r.tree.reseq_due = 0
     n.r.port_up(1, signer(lo).public, 1, 0)
     ka = bytearray(10)
     wire.encode_keepalive(ka)
@@ -261,6 +264,51 @@ def test_root_refreshes_every_30_minutes_with_sequence_increment():
     n.r.tick(30 * MIN)
     out = n.frames(A_, 1)
     assert len(out) == 1 and decode(out[0][1]).root_seq == 2 and report.root_seq(n.r) == 2
+
+
+def _root_seqs(n, port, until, step=1000, t=0, alive=()):
+    """Tick n (its peers on `port` and `alive` keeping their links up)
+    from t to until; [(time, sequence)] of the root announcements it sent
+    on port."""
+    ka = bytearray(10)
+    wire.encode_keepalive(ka)
+    out = []
+    while t < until:
+        t += step
+        n.clear()
+        for p in (port,) + tuple(alive):
+            n.rx(p, bytes(ka), t)
+        n.r.tick(t)
+        for _, b in n.frames(A_, port):
+            out.append((t, decode(b).root_seq))
+    return out
+
+
+def test_new_root_re_announces_once_after_4_s_then_every_30_minutes():
+    # choice H: a new sequence 4 s after a node becomes root (every node
+    # re-picks its parent by first arrival once the start's links are up),
+    # then the 30 min interval
+    lo, hi = roles(2)
+    n = Node(hi)
+    n.r.port_up(1, signer(lo).public, 1, 0)
+    assert _root_seqs(n, 1, 40 * 1000) == [(4000, 2)]
+    assert report.root_seq(n.r) == 2
+    late = _root_seqs(n, 1, 4 * 1000 + 30 * MIN, step=4000, t=40 * 1000)
+    assert late == [(4 * 1000 + 30 * MIN, 3)]
+
+
+def test_node_that_becomes_root_again_starts_the_early_schedule_again():
+    a, b, c = roles(3)
+    n = Node(b)
+    n.r.port_up(1, signer(c).public, 1, 0)
+    n.r.port_up(2, signer(a).public, 1, 0)
+    n.rx(1, announcement(c, 1, [(c, 1)]), 10)
+    assert report.parent_port(n.r) == 1
+    # a child does not re-announce on its own
+    assert _root_seqs(n, 1, 60 * 1000, t=10, alive=(2,)) == []
+    n.r.port_down(1, 60 * 1000)
+    assert report.parent_port(n.r) == 0                   # root again, its own sequence
+    assert _root_seqs(n, 2, 90 * 1000, t=60 * 1000) == [(64000, 2)]
 
 
 def test_announcement_expires_after_45_minutes():
