@@ -31,7 +31,7 @@ def register(subparsers):
                     "margin; write DIR/profiles.txt for sim/mesh --profile-map.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--topology", metavar="FILE|NAME", help="topology file or a shipped one by name")
-    src.add_argument("--generate", metavar="SPEC", help="generated topology: grid:WxH, rgg:N[:R], ba:N:M")
+    src.add_argument("--generate", metavar="SPEC", help="generated topology: grid:WxH, rgg:N[:R], ba:N:M, community:N:C")
     p.add_argument("--seed", type=int, default=1, help="generator seed (default %(default)s)")
     p.add_argument("--profile", required=True, metavar="BASE", help="the board most nodes are")
     p.add_argument("--upgrade", required=True, metavar="P1[,P2...]",

@@ -24,8 +24,9 @@ def register(subparsers):
     src.add_argument("--topology", metavar="FILE|NAME",
                      help="topology file (see docs/guides/SIMULATOR.md) or a shipped one by name (e.g. grid4-0049)")
     src.add_argument("--generate", metavar="SPEC",
-                     help="generated topology: grid:WxH, rgg:N[:RADIUS] (random geometric) or "
-                          "ba:N:M (Barabasi-Albert scale-free: hubs)")
+                     help="generated topology: grid:WxH, rgg:N[:RADIUS] (random geometric), "
+                          "ba:N:M (Barabasi-Albert scale-free: hubs) or community:N:C "
+                          "(C communities with hubs, joined by a few links)")
     p.add_argument("--duration", type=float, required=True, metavar="SECONDS", help="virtual seconds to run")
     p.add_argument("--seed", type=int, default=1, help="run seed: keys, timing, loss, pairs (default %(default)s)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")

@@ -32,7 +32,7 @@ def run(out, duration, seed=1, topology=None, generate=None, scenario=None, prof
         profile_set=None, hop_limit=None, hub_profile=None, node_profiles=None,
         gateway_root=False, root_node=None):
     """Run one simulation. `topology` is a path (or a Topology), `generate`
-    a generator spec (grid:WxH, rgg:N[:R], ba:N:M); exactly one of them.
+    a generator spec (grid:WxH, rgg:N[:R], ba:N:M, community:N:C); exactly one of them.
     Returns a summary dict (also the "summary" of truth.json, plus wall
     time). `progress`: a file to print progress lines to (None = quiet).
     `profile`: the base board profile (name, path or Profile);

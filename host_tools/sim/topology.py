@@ -337,12 +337,57 @@ def barabasi_albert(n, m, seed=0, link=DEFAULT_LINK):
     return topo
 
 
-GENERATORS = "grid:WxH, rgg:N[:RADIUS] or ba:N:M"
+def community(n, c, seed=0, m=2, link=DEFAULT_LINK):
+    """Community-style mesh: n nodes in c communities of (nearly) equal
+    size, each a Barabasi-Albert graph with m links per new node (a
+    neighbourhood around a few well-linked hubs, which may have more links
+    than a board has ports), the communities on a ring, each joined to the
+    next by two links between random members and to one random other
+    community by one more. Connected; deterministic for (n, c, seed). Node
+    names ``n0000``.. by community (``.communities`` lists each one's names,
+    its first names are its hubs)."""
+    if not isinstance(n, int) or not isinstance(c, int) or c < 1 or n < c * (m + 2):
+        raise TopologyError("community needs C >= 1 and N >= C x %d, got N=%r C=%r" % (m + 2, n, c))
+    import networkx as nx
+    rng = random.Random("community:%d:%d:%d:%s" % (n, c, m, seed))
+    width = max(4, len(str(n - 1)))
+    names = ["n%0*d" % (width, i) for i in range(n)]
+    topo = Topology()
+    for name in names:
+        topo.add_node(name)
+    groups = []
+    start = 0
+    for k in range(c):
+        size = n // c + (1 if k < n % c else 0)
+        groups.append(list(range(start, start + size)))
+        start += size
+    edges = set()
+    for g in groups:
+        sub = nx.barabasi_albert_graph(len(g), m, seed=rng)
+        for a, b in sub.edges():
+            edges.add((min(g[a], g[b]), max(g[a], g[b])))
+    if c > 1:
+        for k in range(c):
+            nxt = groups[(k + 1) % c]
+            for _ in range(2 if c > 2 or k == 0 else 0):
+                a, b = rng.choice(groups[k]), rng.choice(nxt)
+                edges.add((min(a, b), max(a, b)))
+            others = [j for j in range(c) if j not in (k, (k + 1) % c, (k - 1) % c)]
+            if others:
+                a, b = rng.choice(groups[k]), rng.choice(groups[rng.choice(others)])
+                edges.add((min(a, b), max(a, b)))
+    for a, b in sorted(edges):
+        topo.add_edge(names[a], names[b], link)
+    topo.communities = [[names[i] for i in g] for g in groups]
+    return topo
+
+
+GENERATORS = "grid:WxH, rgg:N[:RADIUS], ba:N:M or community:N:C"
 
 
 def generate(spec, seed=0):
     """Topology from a generator spec: ``grid:WxH``, ``rgg:N``,
-    ``rgg:N:RADIUS`` or ``ba:N:M``."""
+    ``rgg:N:RADIUS``, ``ba:N:M`` or ``community:N:C``."""
     kind, _, rest = spec.partition(":")
     try:
         if kind == "grid":
@@ -358,6 +403,9 @@ def generate(spec, seed=0):
         if kind == "ba":
             n, m = rest.split(":")
             return barabasi_albert(int(n), int(m), seed)
+        if kind == "community":
+            n, c = rest.split(":")
+            return community(int(n), int(c), seed)
     except TopologyError:
         raise
     except ValueError:

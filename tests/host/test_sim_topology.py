@@ -162,6 +162,26 @@ def test_random_geometric_deterministic_and_degree():
     assert a.is_connected()
 
 
+def test_community_generator_shape():
+    a = T.generate("community:250:5", seed=1)
+    assert a.to_text() == T.generate("community:250:5", seed=1).to_text()
+    assert a.to_text() != T.generate("community:250:5", seed=2).to_text()
+    assert len(a.names) == 250 and a.is_connected()
+    assert [len(c) for c in a.communities] == [50] * 5
+    where = {x: k for k, c in enumerate(a.communities) for x in c}
+    between = [e for e in a.edges if where[e.a] != where[e.b]]
+    # a Barabasi-Albert graph inside each (2 x 50 - 4 links), 2 + 1 links
+    # from each community to others (the same pair drawn twice counts once)
+    assert len(a.edges) - len(between) == 5 * 96
+    assert 10 <= len(between) <= 15
+    deg = a.adjacency()
+    assert max(len(v) for v in deg.values()) > 16     # hubs with more links than ports
+    assert len(T.generate("community:10:2", seed=1).names) == 10
+    for bad in ("community:250", "community:7:2", "community:10:0", "community:x:2"):
+        with pytest.raises(T.TopologyError):
+            T.generate(bad)
+
+
 def test_generate_specs():
     assert len(T.generate("grid:3x4").names) == 12
     assert len(T.generate("rgg:40", seed=3).names) == 40
