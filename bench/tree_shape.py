@@ -63,6 +63,7 @@ def main(argv=None):
             n.router.tree.reseq_early = n.router.tree.reseq_due = a.reseq
     settle = a.duration / 2.0 if a.settle is None else a.settle
     peak_routes = collections.Counter()
+    peak_live = collections.Counter()       # entries refreshed within snek.ROUTE_STALE_MS
     t = 0.0
     conv = None
     timeline = []
@@ -79,6 +80,9 @@ def main(argv=None):
                 c = r.snake.routes.count
                 if c > peak_routes[n.name]:
                     peak_routes[n.name] = c
+                live = PL.live_routes(r.snake, r.now)
+                if live > peak_live[n.name]:
+                    peak_live[n.name] = live
         if t in (1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0) or t >= a.duration:
             timeline.append((t, max(depths), round(statistics.mean(depths), 1)))
     # breadth-first depth on the links that came up
@@ -103,6 +107,8 @@ def main(argv=None):
         "routes_busiest": routes[:5], "routes_p90": routes[len(routes) // 10],
         "nodes_over_%d_routes" % base.max_routes: len(over),
         "at_end_over": sum(1 for c in end_routes if c > base.max_routes), "settle_s": settle,
+        "live_busiest": sorted(peak_live.values(), reverse=True)[:5],
+        "live_over": sum(1 for c in peak_live.values() if c > base.max_routes),
         "their_bfs_distance": dict(sorted(over_dist.items())),
         "timeline_t_max_mean": timeline,
         "wall_s": round(time.monotonic() - w0, 1),

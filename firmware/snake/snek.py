@@ -20,6 +20,7 @@ BOOTSTRAP_SOON_MS = 500          # earliest "bootstrap soon" after the last one
 MAINTAIN_INTERVAL_MS = 1000
 ROUTE_EXPIRY_MS = 10000
 ROUTE_USE_MS = 9000              # from this age on a route is not taken as a new watermark key
+ROUTE_STALE_MS = 7000            # a route older than this goes first from a full table
 DESC_EXPIRY_MS = 10000
 
 FULL_KEY = b"\xff" * 32
@@ -219,13 +220,18 @@ class Snake:
     # ---- table eviction ----------------------------------------------------
     def _victim(self, table):
         """Eviction rule for a full routing table (a snakemesh policy: the
-        seeds assume room for every route; docs/reports/CAPACITY.md): an expired
-        entry first; otherwise the entry whose key is farthest from our own
-        key in keyspace (|entry - own| as 256-bit integers: the smallest or
-        the largest key), but only if the new key is closer than it (else
-        the insert is refused, counted, and the key becomes a hint). The
-        keys next to ours decide where bootstraps end, so they stay."""
-        worst = self._expired_slot()
+        seeds assume room for every route; docs/reports/CAPACITY.md): the
+        oldest entry not refreshed for ROUTE_STALE_MS (an expired one
+        first: it is older); otherwise the entry whose key is farthest
+        from our own key in keyspace (|entry - own| as 256-bit integers:
+        the smallest or the largest key), but only if the new key is
+        closer than it (else the insert is refused, counted, and the key
+        becomes a hint). A key's bootstrap refreshes its route every 5 s
+        at most once the ramp is over (PROTOCOL_NOTES.md choice E); one not
+        refreshed for 7 s mostly took another path (bootstrap paths move,
+        choice H), and its entry holds a place a live path needs. The keys
+        next to ours decide where bootstraps end, so they stay."""
+        worst = self._stale_slot()
         if worst >= 0:
             return worst
         worst, worst_d = self._farthest()
@@ -239,20 +245,27 @@ class Snake:
         """The full routing table would refuse `key` now (_victim's rule,
         without its side effects)."""
         t = self.routes
-        if t.count < t.capacity or self._expired_slot() >= 0:
+        if t.count < t.capacity or self._stale_slot() >= 0:
             return False
         return self._distance(key) >= self._farthest()[1]
 
-    def _expired_slot(self):
-        """A routing-table slot whose entry has expired, else -1."""
+    def _stale_slot(self):
+        """The routing-table slot whose entry was refreshed longest ago,
+        if that is ROUTE_STALE_MS or more (expired ones included), else -1."""
         t = self.routes
         now = self.now
+        last = self.r_last
+        best = -1
+        age = ROUTE_STALE_MS - 1
         i = 0
         while i < t.capacity:
-            if t.used[i] and ticks_diff(now, self.r_last[i]) >= ROUTE_EXPIRY_MS:
-                return i
+            if t.used[i]:
+                a = ticks_diff(now, last[i])
+                if a > age:
+                    age = a
+                    best = i
             i += 1
-        return -1
+        return best
 
     def _distance(self, key):
         """|key - own key| as 256-bit integers."""

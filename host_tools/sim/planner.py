@@ -23,7 +23,9 @@ How it finds where the load lands (docs/reports/CAPACITY.md "Planning a mesh"):
    candidate. Per node it records, over the second half of the run (once
    the tree has formed: while it forms, entries of earlier roots and the
    announcements of every peer come and go, and a full table only forgets
-   them sooner), the most route entries, hop-pool entries and the deepest
+   them sooner), the most live route entries (refreshed within
+   snek.ROUTE_STALE_MS: a full table evicts older ones first), hop-pool
+   entries and the deepest
    depth, and whether refusing links cut anyone off; the need is the
    largest over the draws.
 4. Each node gets the first profile of [BASE] + upgrades (cheapest first,
@@ -127,11 +129,11 @@ def measure(topo, base, root, root_profile, draws, duration, progress=None, seed
     from host_tools.sim.harness import Mesh
     from host_tools.sim.engine import US_PER_S
     from snake import report
-    # the base keeps its depth limit: the tree is no breadth-first tree
-    # (a node keeps the parent that first brought the root's newest
-    # announcement), and with unlimited depth it runs up to twice as deep
-    # as the graph's distances need; with the board's limit a node drops
-    # the deeper announcements and takes a parent within it, and only the
+    # the base keeps its depth limit: a node keeps the parent that first
+    # brought the root's newest sequence, so the tree is the breadth-first
+    # one only after the root's early new sequence (PROTOCOL_NOTES.md
+    # choice I); where it is deeper than the board holds, a node drops the
+    # deeper announcements and takes a parent within it, and only the
     # nodes that find none need a deeper profile
     big = _large(base, keep_depth=True)
     big_root = _large(root_profile)
@@ -160,7 +162,7 @@ def measure(topo, base, root, root_profile, draws, duration, progress=None, seed
                         continue
                     r = n.router
                     nd = needs[n.name]
-                    c = r.snake.routes.count
+                    c = live_routes(r.snake, r.now)
                     if c > nd.routes:
                         nd.routes = c
                     h = r.tree.pool.count
@@ -205,6 +207,23 @@ def measure(topo, base, root, root_profile, draws, duration, progress=None, seed
                      "outside_root_tree": len(outside),
                      "components": len(comps), "wall_s": round(time.monotonic() - wall0, 1)})
     return needs, runs
+
+
+def live_routes(snake, now):
+    """Route entries refreshed within snek.ROUTE_STALE_MS: the paths
+    bootstraps take through the node now. An older entry's bootstrap took
+    another path (bootstrap paths move), and a full table evicts such an
+    entry first (snek.Snake._victim), so it needs no room of its own."""
+    from snake.snek import ROUTE_STALE_MS
+    from snake.platform import ticks_diff
+    t = snake.routes
+    last = snake.r_last
+    order = t.order
+    n = 0
+    for i in range(t.count):
+        if ticks_diff(now, last[order[i]]) < ROUTE_STALE_MS:
+            n += 1
+    return n
 
 
 def hop_pool(prof):

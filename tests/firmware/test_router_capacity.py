@@ -122,3 +122,21 @@ def test_bootstrap_the_full_table_refuses_is_verified_with_policy_all():
     done = c.verify_done
     n.rx(2, bootstrap(K[5], 2000, K[11], 1, sig=bytes(64)), 4)
     assert c.verify_done == done + 1 and c.drops[DROP_NAMES.index("bad_signature")] == 1
+
+
+def test_full_table_evicts_a_route_its_bootstraps_left_before_refusing():
+    # overload (snek.Snake._victim): an entry not refreshed for 7 s
+    # (ROUTE_STALE_MS; its bootstrap took another path) goes first, even
+    # when its key is closer to ours than the new one
+    n = _full_table_node("all")
+    n.rx(1, bootstrap(K[2], 1102, K[11], 1), 7000)          # K[2] refreshed, K[3] not
+    n.rx(2, bootstrap(K[5], 2000, K[11], 1), 7004)          # farther than K[3]
+    s = n.r.snake
+    assert s.routes.find(bytearray(pub(5))) >= 0
+    assert s.routes.find(bytearray(pub(3))) < 0 and s.routes.find(bytearray(pub(2))) >= 0
+    assert report.capacity(n.r)["routes"] == [2, 2, 0]      # nothing live refused or evicted
+    # a fresh table refuses the farther key as before
+    n = _full_table_node("all")
+    n.rx(2, bootstrap(K[5], 2000, K[11], 1), 7001)          # both younger than 7 s
+    assert n.r.snake.routes.find(bytearray(pub(5))) < 0
+    assert report.capacity(n.r)["routes"] == [2, 2, 1]
