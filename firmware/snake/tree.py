@@ -16,7 +16,7 @@ from snake.tables import key_eq_at, keys_eq_at, HopPool, NONE, lower_bound
 _ROOT_INTERVAL_MS = const(30 * 60 * 1000)   # root re-announces with seq+1
 _ANN_EXPIRY_MS = const(45 * 60 * 1000)      # a peer's announcement expires
 _REPARENT_WAIT_MS = const(1000)             # after bad news: wait before selecting
-_RESEQ_EARLY_MS = const(4000)               # a new root's early seq+1 (choice H)
+_RESEQ_EARLY_MS = const(4000)               # a new root's early seq+1 (choice I)
 
 # sanity check failures (also telemetry event details)
 S_OK = None
@@ -60,7 +60,7 @@ class Tree:
         self.parent = 0              # 0: we are the root
         self.seq = 1                 # our root sequence (when root)
         self.root_sent = 0           # when we last announced as root
-        # a new root's early re-announcement (PROTOCOL_NOTES.md choice H):
+        # a new root's early re-announcement (PROTOCOL_NOTES.md choice I):
         # its delay, 0 for none (the reference's timing); the delay still
         # due, 0 once it is done (then every 30 min)
         self.reseq_early = _RESEQ_EARLY_MS
