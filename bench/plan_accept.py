@@ -38,6 +38,7 @@ def main(argv=None):
     src.add_argument("--topology")
     ap.add_argument("--seed", type=int, default=1, help="generator seed")
     ap.add_argument("--seeds", default="1,2,3", help="key draws of the checking runs")
+    ap.add_argument("--draws", type=int, default=None, help="the plan's key draws (default: plan's)")
     ap.add_argument("--profile", default="ESP32_GENERIC")
     ap.add_argument("--upgrade", default="ESP32_SPIRAM,GATEWAY")
     ap.add_argument("--duration", type=float, default=130.0)
@@ -48,7 +49,8 @@ def main(argv=None):
     out = a.out or os.path.join(ROOT, "out", "plan-accept")
     plan_dir = os.path.join(out, "plan")
     src = ["--generate", a.generate, "--seed", str(a.seed)] if a.generate else ["--topology", a.topology]
-    p, wall = sh(["plan"] + src + ["--profile", a.profile, "--upgrade", a.upgrade, "--out", plan_dir, "-q"])
+    extra = ["--draws", str(a.draws)] if a.draws else []
+    p, wall = sh(["plan"] + src + ["--profile", a.profile, "--upgrade", a.upgrade, "--out", plan_dir, "-q"] + extra)
     if p.returncode != 0:
         print(json.dumps({"plan": "failed", "rc": p.returncode, "stderr": p.stderr.strip()[-500:]}))
         return 1
