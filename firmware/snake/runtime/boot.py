@@ -58,7 +58,11 @@ def prepare(argv, heap0=None):
     seed = cfg.take_seed()
     cfg = _settings(cfg)
     # the config parser and the profile loader are not needed after boot:
-    # give their memory back (the profile object keeps its class)
+    # give their memory back (the profile object keeps its class, so the
+    # class's loading and checking code goes too; nothing builds a second
+    # profile in a booted node)
+    if platform.MICROPYTHON:
+        Profile.__init__ = Profile.check = Profile.load = None
     cfgmod = None
     Profile = ProfileError = None
     _unload("snake.runtime.config")
