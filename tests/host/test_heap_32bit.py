@@ -71,43 +71,31 @@ def profile_for(case, tmp_path):
 
 
 # With the datagram layer in use (issue 25: sends in flight full, acked
-# datagrams delivered, a reassembly in flight where the profile has one)
-# neither board keeps 35 % free with its shipped tables (the figures and
-# what was tried: docs/reports/MEMORY.md "Application datagrams"). On
-# ESP32_GENERIC the layer's remaining code and tables cost more than the
-# budget's margin, and the table cuts that would pay for them fail the
-# 250-board acceptance (a 16 x 16 grid on another seed); on the S3 the
-# layer's .mpy code, the qstrs it interns and two 4096-byte reassembly
-# buffers live in a heap that has no margin without them.
+# datagrams delivered, a reassembly in flight where the profile has one).
+# ESP32_GENERIC's tables are sized to leave room for it (and for telemetry
+# over the mesh, issue 26: every node sends its records every 5 s to a
+# gateway's stand-in a hop away, a scripted peer that decodes them;
+# heap_scenario.py): docs/reports/MEMORY.md "Application datagrams". On the
+# S3 the layer's .mpy code, the qstrs it interns and two 4096-byte
+# reassembly buffers live in a heap that has no margin without them.
 _DGRAM_OVER = {
-    "ESP32_GENERIC": "the datagram layer in use leaves less than 35 % free with the shipped tables, "
-                     "and smaller tables fail the 250-board acceptance (docs/reports/MEMORY.md)",
     "ESP32_GENERIC_S3": "the datagram layer's .mpy code, qstrs and reassembly buffers do not fit the "
                         "35 % budget at 200K (docs/reports/MEMORY.md)",
 }
 DGRAM_CASES = ("ESP32_GENERIC", "ESP32_GENERIC_S3")
-
-
-# With telemetry over the mesh (issue 26): every node sends its records
-# every 5 s to a gateway's stand-in a hop away (a scripted peer, which
-# decodes them; heap_scenario.py). The sender builds no datagram layer and
-# keeps ~340 B between periods (measured on the frozen build), but the
-# node without telemetry keeps only 35.2-35.7 % of 110K at its lowest
-# sample, and the runs with telemetry came to 34.1-34.7 % (their command
-# line's --sink KEY --telemetry S adds ~0.2 KB to the unix port's argv): below
-# the budget by a few hundred bytes (docs/reports/MEMORY.md "Telemetry
-# over the mesh"). Room for it is a decision about ESP32_GENERIC's tables.
 TELEMETRY_S = 5.0
-_TELEMETRY_MARKS = [pytest.mark.xfail(strict=True, reason="telemetry's ~0.3 KB between periods does not fit the "
-                                      "0.2-0.7 points ESP32_GENERIC keeps above 35 % with every table full "
-                                      "(docs/reports/MEMORY.md Telemetry over the mesh)")]
+
+
+def _dgram_case(p):
+    if p in _DGRAM_OVER:
+        return pytest.param(p, True, None, marks=pytest.mark.xfail(strict=True, reason=_DGRAM_OVER[p]))
+    return (p, True, None)
 
 
 @pytest.mark.parametrize("profile,datagrams,telemetry",
                          [(p, False, None) for p in sorted(CASES)]
-                         + [pytest.param(p, True, None, marks=pytest.mark.xfail(strict=True, reason=_DGRAM_OVER[p]))
-                            for p in DGRAM_CASES]
-                         + [pytest.param("ESP32_GENERIC", False, TELEMETRY_S, marks=_TELEMETRY_MARKS)])
+                         + [_dgram_case(p) for p in DGRAM_CASES]
+                         + [("ESP32_GENERIC", False, TELEMETRY_S)])
 def test_node_fits_board_heap_with_full_tables(profile, datagrams, telemetry, tmp_path):
     variant, heap = CASES[profile]
     heap = os.environ.get("SNAKEMESH_HEAP32", heap)
