@@ -72,7 +72,7 @@ BOARDS = {
 # tests/host/test_heap_32bit.py keeps these current (measured <= figure <=
 # measured + 12 %).
 HEAP_NEED = {
-    # tables of a ~250-board mesh (160 routes, depth 30; 7 peers)
+    # tables of a ~250-board mesh (152 routes, depth 30; 7 peers)
     "ESP32_GENERIC": {"mpy": 148000, "frozen": 72000},
     "ESP32_GENERIC_S3": {"mpy": 141000, "frozen": 63000},
     # Wi-Fi only by default, tables of a ~250-board mesh
