@@ -7,7 +7,9 @@
 import asyncio
 
 from snake.runtime import app
-from snake.datagram import Datagrams, OK, NO_ROUTE
+from snake.datagram import Datagrams, NO_ROUTE
+
+OK = 0     # a tx's answer: handed to the router (snake/datagram.py)
 from snake.profile import Profile
 
 KA = b"\xa1" * 32

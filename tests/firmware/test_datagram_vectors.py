@@ -6,7 +6,9 @@
 import json
 import struct
 
-from snake.datagram import Datagrams, OK
+from snake.datagram import Datagrams
+
+OK = 0     # a tx's answer: handed to the router (snake/datagram.py)
 from snake.profile import Profile
 from fwtest import DATA_DIR, unhex, tohex
 

@@ -138,8 +138,8 @@ class Mesh:
         self._ev = None
         self._task = None
         if hook:                  # else the node's Link hands the callbacks on (bind)
-            dg.on_state = self._on_state
-            dg.on_datagram = self._on_datagram
+            dg.on_state = self.state
+            dg.on_datagram = self.datagram
 
     # ---- sending ----------------------------------------------------------
     def send(self, dst, data, service=0, ack=False, src_service=0):
@@ -168,7 +168,7 @@ class Mesh:
         dg.flush(now)
         return h
 
-    def _on_state(self, hid, state, reason):
+    def state(self, hid, state, reason):
         h = self.handles.pop(hid, None)
         if h is not None:
             h._final(state, reason, ticks_ms())
@@ -214,7 +214,7 @@ class Mesh:
             s = self.services[service] = _Service()
         return s
 
-    def _on_datagram(self, src, dsvc, ssvc, data):
+    def datagram(self, src, dsvc, ssvc, data):
         # inside router.receive: copy, queue, wake; nothing is sent from here
         s = self.services.get(dsvc)
         if s is None:

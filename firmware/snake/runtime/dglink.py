@@ -10,7 +10,7 @@
 # the Mesh's services. A console send in flight costs one tuple here, not a
 # handle and a task, and a reply is written from the callback (like a
 # `recv` record: a console line is written whole, nothing is sent).
-from snake import datagram as dgm
+from snake import datagram
 from snake.platform import ticks_ms, ticks_diff, hexstr
 
 
@@ -21,8 +21,8 @@ class Link:
             first = int.from_bytes(os.urandom(2), "big")
         except (AttributeError, OSError, NotImplementedError):
             first = ticks_ms() & 0xFFFF
-        dg = dgm.Datagrams(node.profile, node.key, first)
-        dg.tx = dgm.via_router(node.router)
+        dg = datagram.Datagrams(node.profile, node.key, first)
+        dg.tx = datagram.via_router(node.router)
         dg.on_state = self.state
         dg.on_datagram = self.datagram
         self.dg = dg
@@ -35,9 +35,9 @@ class Link:
         self.staged = 0
         self.no_listener = 0      # datagrams for no service listened to (no Mesh, no tap)
 
-    def state(self, hid, state, reason):
+    def state(self, h, state, reason):
         for w in self.waits:
-            if w[0] == hid:
+            if w[0] == h:
                 self.waits.remove(w)
                 c = w[1]
                 try:
@@ -47,18 +47,18 @@ class Link:
                 return
         m = self.mesh
         if m is not None:
-            m._on_state(hid, state, reason)
+            m.state(h, state, reason)
 
-    def datagram(self, src, dsvc, ssvc, data):
+    def datagram(self, src, service, src_service, data):
         # inside router.receive: the console's record, the Mesh's queue
         t = self.tap
-        if t is not None and (t[1] < 0 or t[1] == dsvc):
+        if t is not None and (t[1] < 0 or t[1] == service):
             c = t[0]
             try:
                 d = c._record("datagram")
                 d["src"] = hexstr(src)
-                d["service"] = dsvc
-                d["src_service"] = ssvc
+                d["service"] = service
+                d["src_service"] = src_service
                 d["len"] = len(data)
                 d["data_hex"] = hexstr(data)
                 c.emit(d)
@@ -66,12 +66,12 @@ class Link:
                 c.oom += 1
         m = self.mesh
         if m is not None:
-            m._on_datagram(src, dsvc, ssvc, data)
+            m.datagram(src, service, src_service, data)
         elif t is None:
             self.no_listener += 1
 
 
 def reply(w, state, reason, now):
     """The console's reply to a `send` (w: its entry in Link.waits)."""
-    return {"id": w[0], "service": w[4], "len": w[5], "state": dgm.STATE_NAMES[state],
-            "reason": dgm.REASON_NAMES[reason], "rtt_ms": ticks_diff(now, w[6]), "dst": hexstr(w[3])}
+    return {"id": w[0], "service": w[4], "len": w[5], "state": datagram.STATE_NAMES[state],
+            "reason": datagram.REASON_NAMES[reason], "rtt_ms": ticks_diff(now, w[6]), "dst": hexstr(w[3])}
