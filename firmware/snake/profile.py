@@ -54,8 +54,9 @@ DEFAULTS = {
 
 VERIFY_POLICIES = ("all", "on-change", "off")
 
-# Application datagrams (snake/datagram.py, which takes these from here so
-# that checking a profile at boot loads no datagram code): header bytes
+# Application datagrams (snake/datagram.py states the first two again as
+# private constants: it loads after boot, when this module is gone, and
+# checking a profile at boot loads no datagram code): header bytes
 # before a fragment's data, fragments per datagram (an ack's bitmap is 8
 # bytes), and the default fragment: a fragment frame must cross every
 # relay, and the ESP32 boards accept frames up to frame_max 1152: 880 data
@@ -155,6 +156,9 @@ class Profile:
                 or self.dgram_max > DGRAM_MAX_FRAGS * fr):
             raise ProfileError("profile dgram_max must be within 1..65535 and at most %d fragments"
                                " (%d bytes)" % (DGRAM_MAX_FRAGS, DGRAM_MAX_FRAGS * fr))
+        # resolved, so snake/datagram.py reads it without this module
+        # (unloaded after boot: importing it again would load its code)
+        self.dgram_frag = fr
         if not isinstance(self.telemetry_s, (int, float)) or not 0 <= self.telemetry_s <= 86400:
             raise ProfileError("profile telemetry_s must be within 0..86400 seconds (0: none)")
         if not isinstance(self.telemetry_bytes, int) or not 64 <= self.telemetry_bytes <= 65535:

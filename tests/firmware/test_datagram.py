@@ -111,6 +111,23 @@ def test_stat_indices_follow_the_names():
     assert len(DGRAM_STATS) == len(Datagrams(prof(), KA).stats)
 
 
+def test_header_and_fragment_limit_are_the_profiles():
+    # snake/datagram.py states DGRAM_HDR and DGRAM_MAX_FRAGS again (it
+    # loads without snake.profile): the bytes it writes must agree
+    from snake.profile import DGRAM_HDR, DGRAM_MAX_FRAGS
+    net = Net()
+    a = net.add(KA, dgram_max=100 * DGRAM_MAX_FRAGS, dgram_frag=100, dgram_reasm=1)
+    net.add(KB, dgram_max=100 * DGRAM_MAX_FRAGS, dgram_frag=100, dgram_reasm=1)
+    h = a.send(KB, 1, bytes(100 * DGRAM_MAX_FRAGS), net.now, ack=True)
+    frames = net.sent(KA, T_DATA)
+    assert len(frames) == DGRAM_MAX_FRAGS and frames[0][11] == DGRAM_MAX_FRAGS
+    assert all(len(f) == DGRAM_HDR + 100 for f in frames) and HDR == DGRAM_HDR
+    net.run(2000)
+    assert net.states[(KA, h)] == [(S_DELIVERED, 0)]
+    h = a.send(KB, 1, bytes(100 * DGRAM_MAX_FRAGS + 1), net.now, ack=True)
+    assert a.last_state == S_FAILED and a.last_reason == TOO_BIG
+
+
 def test_ack_send_is_pending_then_delivered_once_and_measures_the_round_trip():
     net = Net(latency=40)
     a = net.add(KA)
