@@ -31,6 +31,10 @@
 # (Router.send takes a payload object).
 from array import array
 from snake.platform import const, copy_into, key_cmp, ticks_add, ticks_diff
+# (not from snake.profile: it is unloaded after boot, and importing it
+# again would load its code for good; the profile object carries the
+# resolved dgram_frag)
+from snake.wire import DGRAM_HDR, DGRAM_MAX_FRAGS
 
 _MAGIC0 = const(0x53)  # "S"
 _MAGIC1 = const(0x44)  # "D": a datagram; ping/trace payloads start "SM" (probe.py)
@@ -43,13 +47,6 @@ _VERSION = const(1)
 # values from the document.
 _T_DATA = const(1)
 _T_ACK = const(2)
-# DATA header bytes before the fragment and fragments per datagram (the
-# ack bitmap's 8 bytes): snake.profile's DGRAM_HDR and DGRAM_MAX_FRAGS,
-# stated here because that module is unloaded after boot (importing it
-# again would load its code for good; the profile object carries the
-# resolved dgram_frag)
-_HDR = const(17)
-_MAX_FRAGS = const(64)
 _ACK_HDR = const(12)  # ACK header bytes before the bitmap
 
 # DATA flags (byte 4)
@@ -239,7 +236,7 @@ class Datagrams:
         n = len(data)
         fr = self.ofs[_O_FRAG]
         count = 1 if n <= fr else (n + fr - 1) // fr
-        if n > self.max_size or n > 0xFFFF or count > _MAX_FRAGS:
+        if n > self.max_size or n > 0xFFFF or count > DGRAM_MAX_FRAGS:
             return self._finish(-1, S_FAILED, TOO_BIG, h)
         v = self.s_v
         P = len(self.s_ref) >> 1
@@ -349,7 +346,7 @@ class Datagrams:
                 if count > 1:
                     off = k * stride
                     mv = mv[off:off + stride if k < count - 1 else total]
-                r = self.tx(self.s_ref[2 * i], b, _HDR, now, mv)
+                r = self.tx(self.s_ref[2 * i], b, DGRAM_HDR, now, mv)
                 if not (v[o + _S_USED] and v[o + _S_ID] == h):
                     return      # ended during tx (a local delivery acked it)
                 if r != _OK:
@@ -468,7 +465,7 @@ class Datagrams:
             st = self.stats
             count = p[11]
             nb = (count + 7) >> 3
-            if count < 1 or count > _MAX_FRAGS or n != _ACK_HDR + nb:
+            if count < 1 or count > DGRAM_MAX_FRAGS or n != _ACK_HDR + nb:
                 st[_G_MALFORMED] += 1
                 return True
             st[_G_ACKS_RECEIVED] += 1
@@ -543,7 +540,7 @@ class Datagrams:
             self.stats[_G_MALFORMED] += 1
             return True
         st = self.stats
-        if n < _HDR:
+        if n < DGRAM_HDR:
             st[_G_MALFORMED] += 1
             return True
         fl = p[4]
@@ -552,8 +549,8 @@ class Datagrams:
         k = p[12]
         stride = (p[13] << 8) | p[14]
         total = (p[15] << 8) | p[16]
-        ln = n - _HDR
-        if count < 1 or count > _MAX_FRAGS or k >= count:
+        ln = n - DGRAM_HDR
+        if count < 1 or count > DGRAM_MAX_FRAGS or k >= count:
             st[_G_MALFORMED] += 1
             return True
         if count == 1:
@@ -576,7 +573,7 @@ class Datagrams:
             if want_ack:
                 self._dedup(src, p, now, True)
                 self._owe_ack(src, p, 1, -1, 0)
-            data = memoryview(p)[_HDR:_HDR + ln]
+            data = memoryview(p)[DGRAM_HDR:DGRAM_HDR + ln]
             if self.on_datagram is not None:
                 self.on_datagram(src, (p[5] << 8) | p[6], (p[7] << 8) | p[8], data)
             return True
@@ -631,7 +628,7 @@ class Datagrams:
         if not self.buf[hb + (k >> 3)] & x:
             self.buf[hb + (k >> 3)] |= x
             v[o + _M_GOT] += 1
-            copy_into(self.m_buf[m], k * stride, p, _HDR, ln)
+            copy_into(self.m_buf[m], k * stride, p, DGRAM_HDR, ln)
         v[o + _M_TIME] = now
         v[o + _M_FLAGS] |= fl
         if v[o + _M_GOT] == count:

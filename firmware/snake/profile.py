@@ -3,7 +3,7 @@
 # Capacities are fixed at boot; nothing in the router grows past them.
 import json
 
-from snake.wire import ann_max
+from snake.wire import ann_max, DGRAM_HDR, DGRAM_MAX_FRAGS
 
 # Defaults = a host profile (simulator, CPython): deep trees allowed. Each key is documented in
 # boards/README.md; unknown keys in a profile file are an error so that a
@@ -54,15 +54,11 @@ DEFAULTS = {
 
 VERIFY_POLICIES = ("all", "on-change", "off")
 
-# Application datagrams (snake/datagram.py states the first two again as
-# private constants: it loads after boot, when this module is gone, and
-# checking a profile at boot loads no datagram code): header bytes
-# before a fragment's data, fragments per datagram (an ack's bitmap is 8
-# bytes), and the default fragment: a fragment frame must cross every
-# relay, and the ESP32 boards accept frames up to frame_max 1152: 880 data
-# bytes + DGRAM_HDR + the worst traffic overhead at depth 64 (240) fit it.
-DGRAM_HDR = 17
-DGRAM_MAX_FRAGS = 64
+# Application datagrams: the default fragment (DGRAM_HDR and
+# DGRAM_MAX_FRAGS come from snake/wire.py). A fragment frame must cross
+# every relay, and the ESP32 boards accept frames up to frame_max 1152: 880
+# data bytes + DGRAM_HDR + the worst traffic overhead at depth 64 (240) fit
+# it.
 DGRAM_FRAG_DEFAULT = 880
 
 

@@ -67,6 +67,15 @@ HANDSHAKE_LEN = 104
 PROTO_VERSION = 1
 CAPABILITIES = 0x3B
 FULL_KEY = b"\xff" * 32
+# Application datagrams inside traffic payloads (snake/datagram.py,
+# docs/reference/DATAGRAMS.md): the DATA header's bytes before a fragment's
+# data, and fragments per datagram (an ack's bitmap is 8 bytes). Here, in
+# a module every node keeps loaded, so that the profile check, the
+# datagram layer and the telemetry sender share them without loading each
+# other (snake.profile is unloaded after boot: importing it again would
+# load its code for good).
+DGRAM_HDR = 17
+DGRAM_MAX_FRAGS = 64
 
 _KEY = const(32)
 _SIG = const(64)

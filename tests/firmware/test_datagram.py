@@ -112,8 +112,9 @@ def test_stat_indices_follow_the_names():
 
 
 def test_header_and_fragment_limit_are_the_profiles():
-    # snake/datagram.py states DGRAM_HDR and DGRAM_MAX_FRAGS again (it
-    # loads without snake.profile): the bytes it writes must agree
+    # the profile checks dgram_max and dgram_frag against DGRAM_HDR and
+    # DGRAM_MAX_FRAGS; the layer, which loads without snake.profile, must
+    # write what the profile allowed
     from snake.profile import DGRAM_HDR, DGRAM_MAX_FRAGS
     net = Net()
     a = net.add(KA, dgram_max=100 * DGRAM_MAX_FRAGS, dgram_frag=100, dgram_reasm=1)

@@ -43,7 +43,7 @@ import binascii
 
 from snake import platform
 from snake.platform import const
-from snake.profile import DGRAM_HDR, dgram_frag
+from snake.wire import DGRAM_HDR     # not snake.profile: unloaded after boot
 
 SERVICE = 30
 FULL_EVERY = 10
@@ -436,7 +436,7 @@ def period(node, sink):
     k = len(recs)
     if not k:
         return
-    f = _Frame(dgram_frag(node.profile), recs[0].get("up") or 0)
+    f = _Frame(node.profile.dgram_frag, recs[0].get("up") or 0)
     used = 0
     i = 0
     try:
