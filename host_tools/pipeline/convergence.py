@@ -37,18 +37,20 @@ CARRIED = ("value", "root", "root_seq", "desc", "parent", "depth", "peers", "pro
 def epoch_col(boundaries, tcol="t", strict=False):
     """Index of the topology epoch in force at time `tcol` (the number of
     epoch starts <= t; < t with strict), as a binary search of CASE WHENs:
-    compiled code, no per-row lambda."""
-    c = F.col(tcol)
+    compiled code, no per-row lambda. Built as one SQL expression: the same
+    tree built from Column objects is one py4j round trip per node (a few
+    thousand for dozens of epochs, each a driver-side pause)."""
     bs = [float(b) for b in boundaries]
+    op = "<" if strict else "<="
 
     def search(lo, hi):   # number of starts among bs[lo:hi] that are <= (<) t, plus lo
         if lo == hi:
-            return F.lit(lo)
+            return str(lo)
         mid = (lo + hi) // 2
-        cond = (F.lit(bs[mid]) < c) if strict else (F.lit(bs[mid]) <= c)
-        return F.when(cond, search(mid + 1, hi)).otherwise(search(lo, mid))
+        # repr() round-trips the double exactly; the D suffix makes it a DOUBLE literal
+        return "CASE WHEN %rD %s `%s` THEN %s ELSE %s END" % (bs[mid], op, tcol, search(mid + 1, hi), search(lo, mid))
 
-    return search(0, len(bs)).cast("int")
+    return F.expr("CAST(%s AS INT)" % search(0, len(bs)))
 
 
 def state_stream(states, boundaries, expected):
@@ -66,10 +68,9 @@ def state_stream(states, boundaries, expected):
     else:
         n_epochs = len(boundaries) + 1
         w = Window.partitionBy("node").orderBy("t", "seq")
-        st = (st.withColumn("epoch", epoch_col(boundaries))
-              .withColumn("elo", epoch_col(boundaries, strict=True))
-              .withColumn("next_t", F.lead("t").over(w))
-              .withColumn("next_elo", F.lead("elo").over(w)))
+        # one projection per step (each withColumn is a round of analysis on the driver)
+        st = st.select("*", epoch_col(boundaries).alias("epoch"), epoch_col(boundaries, strict=True).alias("elo"))
+        st = st.select("*", F.lead("t").over(w).alias("next_t"), F.lead("elo").over(w).alias("next_elo"))
         # Boundary k carries the state of the node's latest row with t <= b_k:
         # row r generates the boundaries strictly between itself and the
         # node's next row (all later ones if it is the last), and the one at
@@ -103,15 +104,15 @@ def flags(S):
     whatever the number of records."""
     w = Window.partitionBy("node").orderBy("t", "seq")
     own = (~F.col("boundary")).cast("long")
-    S = (S.withColumn("p_t", F.lag("t").over(w))
-         .withColumn("p_value", F.lag("value").over(w))
-         .withColumn("p_parent", F.lag("parent").over(w))
-         .withColumn("p_desc", F.lag("desc").over(w))
-         .withColumn("p_correct", F.lag("correct").over(w))
-         .withColumn("p_epoch", F.lag("epoch").over(w))
-         .withColumn("n_epoch", F.lead("epoch").over(w))
-         .withColumn("rn", F.row_number().over(w))
-         .withColumn("own_cum", F.sum(own).over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow))))
+    S = S.select("*", F.lag("t").over(w).alias("p_t"),
+                 F.lag("value").over(w).alias("p_value"),
+                 F.lag("parent").over(w).alias("p_parent"),
+                 F.lag("desc").over(w).alias("p_desc"),
+                 F.lag("correct").over(w).alias("p_correct"),
+                 F.lag("epoch").over(w).alias("p_epoch"),
+                 F.lead("epoch").over(w).alias("n_epoch"),
+                 F.row_number().over(w).alias("rn"),
+                 F.sum(own).over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow)).alias("own_cum"))
     first = F.col("p_t").isNull()
     x = S.select(
         "*", first.alias("first"), own.alias("own"),

@@ -160,8 +160,8 @@ def counters_long(c, t_start, bucket, window_start=None):
                  F.create_map(F.lit(""), F.col("mem_free")).alias("mem_free"), "occupancy", "capacity")
     c = c.repartition("node")
     cols = list(maps) + list(scal) + ["capacity"]
-    for m in cols:
-        c = c.withColumn("p_" + m, F.lag(m).over(w))
+    # one projection per step: each withColumn is a round of analysis on the driver
+    c = c.select("*", *[F.lag(m).over(w).alias("p_" + m) for m in cols])
 
     def lower(m, idx=None):
         cur, prev = F.col(m), F.col("p_" + m)
@@ -174,12 +174,12 @@ def counters_long(c, t_start, bucket, window_start=None):
     reset = lower("capacity", 2)
     for m in list(maps) + list(scal):
         reset = reset | lower(m)
-    c = c.withColumn("reset", reset).withColumn("last_report", F.lead("t").over(w).isNull())
     if window_start is not None:
-        c = c.withColumn("t_a", F.min(F.when((F.col("t") >= F.lit(window_start)) & F.col("tx_bytes").isNotNull(),
-                                             F.col("t"))).over(Window.partitionBy("node")))
+        t_a = F.min(F.when((F.col("t") >= F.lit(window_start)) & F.col("tx_bytes").isNotNull(),
+                           F.col("t"))).over(Window.partitionBy("node"))
     else:
-        c = c.withColumn("t_a", F.lit(None).cast("double"))
+        t_a = F.lit(None).cast("double")
+    c = c.select("*", reset.alias("reset"), F.lead("t").over(w).isNull().alias("last_report"), t_a.alias("t_a"))
     lm, am = "map<string,bigint>", "map<string,array<bigint>>"
 
     def entry(metric, m, pm, a, pa, idx, cum):
