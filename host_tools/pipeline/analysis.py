@@ -250,6 +250,12 @@ def spark_errors(watch=None):
 
 
 SMALL_INPUT = 64 << 20
+# A small input (by bytes) of at least this size gets generated code from
+# its first job on: the parse is cheaper compiled, and the later jobs reuse
+# the classes it compiled (a 250-node, 180 s simulator folder, 32 MB: about
+# 2 JVM CPU-seconds less in all); a monitor capture of a few hundred records
+# runs interpreted.
+CODEGEN_INPUT = 4 << 20
 # Up to this many (topology, source, destination) distances, the probes
 # join them by broadcast; beyond it (a big mesh with many topologies) by a
 # shuffle, which needs no room for the whole table on the driver.
@@ -268,14 +274,15 @@ def input_size(files, remote):
 
 def tune(spark, size, conf):
     """Runtime SQL settings sized to the input and the master. Small inputs:
-    2 shuffle partitions, no code generation (compiling generated code
-    costs more than it saves there), no adaptive execution
-    (it runs every shuffle stage as a job of its own). Large inputs in local
+    2 shuffle partitions, no adaptive execution (it runs every shuffle
+    stage as a job of its own), and below CODEGEN_INPUT no code generation
+    (compiling generated code costs more than it saves there). Large inputs in local
     mode: as many shuffle partitions as cores x 2, whole-stage codegen. On a
     cluster: one shuffle partition per 32 MB of input (8..400) with adaptive
     execution. Explicit --conf settings win."""
     conf = conf or {}
     small = size < SMALL_INPUT
+    interpreted = size < CODEGEN_INPUT
     master = spark.sparkContext.master or ""
     local = master.startswith("local")
     cores = max(1, spark.sparkContext.defaultParallelism)
@@ -287,10 +294,10 @@ def tune(spark, size, conf):
         parts = max(8, min(400, size // (32 << 20)))
     settings = {
         "spark.sql.shuffle.partitions": str(parts),
-        "spark.sql.codegen.wholeStage": "false" if small else "true",
-        # small inputs: expressions interpreted, nothing compiled at all
-        # (180 monitor records: 11 instead of 15 JVM CPU-seconds)
-        "spark.sql.codegen.factoryMode": "NO_CODEGEN" if small else "FALLBACK",
+        "spark.sql.codegen.wholeStage": "false" if interpreted else "true",
+        # the smallest inputs: expressions interpreted, nothing compiled at
+        # all (180 monitor records: 11 instead of 15 JVM CPU-seconds)
+        "spark.sql.codegen.factoryMode": "NO_CODEGEN" if interpreted else "FALLBACK",
         "spark.sql.adaptive.enabled": "false" if (small or local) else "true",
         # bad telemetry values become nulls and counted rejects, never a failed job
         "spark.sql.ansi.enabled": "false",
@@ -305,8 +312,8 @@ def tune(spark, size, conf):
             spark.conf.set(k, v)
 
 
-# A small input (by bytes) with at least this many valid records gets
-# generated code for the jobs after the first: the counters alone explode
+# An input under CODEGEN_INPUT with at least this many valid records (short
+# lines) gets generated code for the jobs after the first: the counters alone explode
 # into ~55 rows per record, which interpreted expressions handle several
 # times slower (a 250-node, 180 s simulator folder, 57k records: counters
 # 3.7 instead of 12.3 JVM CPU-seconds), while compiling costs a few seconds
@@ -316,10 +323,10 @@ CODEGEN_RECORDS = 10000
 
 def tune_for_records(spark, size, records, conf):
     """After the first job, when the record count is known: generated code
-    for a small input with many records (CODEGEN_RECORDS). Explicit --conf
+    for an input under CODEGEN_INPUT with many records (CODEGEN_RECORDS). Explicit --conf
     settings win."""
     conf = conf or {}
-    if size >= SMALL_INPUT or records < CODEGEN_RECORDS:
+    if size >= CODEGEN_INPUT or records < CODEGEN_RECORDS:
         return
     for k, v in (("spark.sql.codegen.wholeStage", "true"), ("spark.sql.codegen.factoryMode", "FALLBACK")):
         if k not in conf:
