@@ -252,8 +252,8 @@ def spark_errors(watch=None):
 SMALL_INPUT = 64 << 20
 # A small input (by bytes) of at least this size gets generated code from
 # its first job on: the parse is cheaper compiled, and the later jobs reuse
-# the classes it compiled (a 250-node, 180 s simulator folder, 32 MB: about
-# 2 JVM CPU-seconds less in all); a monitor capture of a few hundred records
+# the classes it compiled (a 250-node, 180 s simulator folder, 32 MB:
+# 1.5-2 JVM CPU-seconds less in all); a monitor capture of a few hundred records
 # runs interpreted.
 CODEGEN_INPUT = 4 << 20
 # Up to this many (topology, source, destination) distances, the probes
