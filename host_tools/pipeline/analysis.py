@@ -253,9 +253,9 @@ SMALL_INPUT = 64 << 20
 # A small input (by bytes) of at least this size gets generated code from
 # its first job on: the parse is cheaper compiled, and the later jobs reuse
 # the classes it compiled (a 250-node, 180 s simulator folder, 32 MB:
-# 1.5-2 JVM CPU-seconds less in all); a monitor capture of a few hundred records
-# runs interpreted.
-CODEGEN_INPUT = 4 << 20
+# 1.5-2 JVM CPU-seconds less in all; its first 30 s, 8.9 MB, gain nothing).
+# Smaller inputs parse interpreted (CODEGEN_RECORDS for the jobs after).
+CODEGEN_INPUT = 16 << 20
 # Up to this many (topology, source, destination) distances, the probes
 # join them by broadcast; beyond it (a big mesh with many topologies) by a
 # shuffle, which needs no room for the whole table on the driver.
