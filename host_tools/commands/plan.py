@@ -97,17 +97,20 @@ def run(args):
               % (root, root_prof.name)]
     with open(os.path.join(args.out, "profiles.txt"), "w", encoding="utf-8", newline="\n") as f:
         f.write(PR.format_profile_map(assignment, root, header))
+    misses = PL.fresh_draw_misses(needs, ladder[0], margin, root)
     plan = {
+        "fresh_draw_misses": [len(m) for m in misses],
         "source": source, "base": ladder[0].name, "upgrades": upgrades, "root": root,
         "root_eccentricity": ecc, "runs": runs, "routes_margin": margin,
         "assignment": assignment, "binding": why,
-        "needs": {n: {"routes": nd.routes, "depth": nd.depth, "hops": nd.hops,
+        "needs": {n: {"routes": nd.routes, "draw_routes": nd.draw_routes, "depth": nd.depth,
+                      "hops": nd.hops,
                       "ports": nd.peers, "cuts_off": nd.cut} for n, nd in sorted(needs.items())},
     }
     with open(os.path.join(args.out, "plan.json"), "w", encoding="utf-8", newline="\n") as f:
         json.dump(plan, f, sort_keys=True, indent=1)
         f.write("\n")
-    print(bill(topo, ladder, assignment, why, needs, root, runs, args.out))
+    print(bill(topo, ladder, assignment, why, needs, root, runs, args.out, misses))
     return 0
 
 
@@ -118,7 +121,7 @@ def _remove(path):
         pass
 
 
-def bill(topo, ladder, assignment, why, needs, root, runs, out):
+def bill(topo, ladder, assignment, why, needs, root, runs, out, misses=()):
     """The bill of materials as text."""
     n = len(topo)
     counts = {p.name: 0 for p in ladder}
@@ -148,6 +151,16 @@ def bill(topo, ladder, assignment, why, needs, root, runs, out):
         "converged %s, %d links refused, %d components, %d nodes outside the root's tree, wall %.0f s"
         % ("at %.0f s" % r["converged_s"] if r["converged_s"] is not None else "no",
            r["refused_links"], r["components"], r["outside_root_tree"], r["wall_s"]) for r in runs)))
+    if misses and any(misses):
+        lines.append("  fresh-draw check: routes overflow %s in one draw only on %s nodes "
+                     "(draws %s): the load moves with the keys, and a fresh key draw may "
+                     "overflow boards this plan leaves on %s (more --draws, or bench/route_need.py "
+                     "to see how far)" % (
+                         ladder[0].name, " / ".join(str(len(m)) for m in misses),
+                         " / ".join(str(i + 1) for i in range(len(misses))), ladder[0].name))
+    elif misses:
+        lines.append("  fresh-draw check: every node whose routes overflow %s in one of the %d "
+                     "draws does in every other" % (ladder[0].name, len(misses)))
     lines.append("  wrote %s" % os.path.join(out, "profiles.txt"))
     return "\n".join(lines)
 

@@ -111,11 +111,12 @@ def _large(prof, keep_depth=False):
 
 
 class Need(object):
-    __slots__ = ("routes", "hops", "depth", "peers", "cut", "outside")
+    __slots__ = ("routes", "hops", "depth", "peers", "cut", "outside", "draw_routes")
 
     def __init__(self):
         self.outside = 0        # draws in which it ended outside the root's tree
         self.routes = 0
+        self.draw_routes = []   # most live routes in each draw (routes: their largest)
         self.hops = 0
         self.depth = 0
         self.peers = 0          # links it must take (its degree) when refusing cuts a node off
@@ -146,6 +147,8 @@ def measure(topo, base, root, root_profile, draws, duration, progress=None, seed
         wall0 = time.monotonic()
         mesh = Mesh(topo, seed=seed, profile=big, strict=False, node_profiles={root: big_root},
                     root_node=root, verify_memo=True)
+        for nd in needs.values():
+            nd.draw_routes.append(0)
         depth_seen = {}
         first = None
         t = 0.0
@@ -165,6 +168,8 @@ def measure(topo, base, root, root_profile, draws, duration, progress=None, seed
                     c = live_routes(r.snake, r.now)
                     if c > nd.routes:
                         nd.routes = c
+                    if c > nd.draw_routes[-1]:
+                        nd.draw_routes[-1] = c
                     h = r.tree.pool.count
                     if h > nd.hops:
                         nd.hops = h
@@ -207,6 +212,29 @@ def measure(topo, base, root, root_profile, draws, duration, progress=None, seed
                      "outside_root_tree": len(outside),
                      "components": len(comps), "wall_s": round(time.monotonic() - wall0, 1)})
     return needs, runs
+
+
+def fresh_draw_misses(needs, base, margin=ROUTES_MARGIN, root=None):
+    """Per draw, the nodes whose routes overflow the base in that draw and
+    in no other: the ones a plan made from the other draws would leave on
+    the base. Where the busy relays move with the keys (rgg:1000: most of
+    them, docs/reports/CAPACITY.md "Planning a mesh") these are many, and a
+    plan measured on a few draws does not hold on a fresh one. [] for one
+    draw (nothing to compare)."""
+    k = min((len(nd.draw_routes) for nd in needs.values()), default=0)
+    if k < 2:
+        return []
+    out = []
+    for i in range(k):
+        miss = []
+        for name, nd in needs.items():
+            if name == root:
+                continue
+            over = [r * margin > base.max_routes for r in nd.draw_routes]
+            if over[i] and not any(over[j] for j in range(k) if j != i):
+                miss.append(name)
+        out.append(sorted(miss))
+    return out
 
 
 def live_routes(snake, now):

@@ -149,6 +149,29 @@ def test_assign_names_the_profile_that_would_hold_a_node():
         PL.assign({"a": nd}, ladder, margin=1.25)       # 1000 x 1.25 > 1024
 
 
+def test_fresh_draw_misses_names_the_nodes_that_overflow_in_one_draw_only():
+    base = load_profile("ESP32_GENERIC")
+    cap = base.max_routes
+
+    def need(*draws):
+        nd = PL.Need()
+        nd.draw_routes = list(draws)
+        nd.routes = max(draws)
+        return nd
+    needs = {"steady": need(cap + 50, cap + 10, cap + 1),   # over in every draw: planned either way
+             "moves1": need(cap + 1, 40, cap),              # over in draw 1 only
+             "moves3": need(10, 20, 3 * cap),               # over in draw 3 only
+             "light": need(cap, cap, cap),                  # fits exactly
+             "root": need(5 * cap, 1, 1)}
+    assert PL.fresh_draw_misses(needs, base, root="root") == [["moves1"], [], ["moves3"]]
+    # the margin counts: x1.25 puts "light" over in every draw, and moves1's cap in draw 3
+    assert PL.fresh_draw_misses(needs, base, margin=1.25, root="root") == [[], [], ["moves3"]]
+    # without the root excluded its one-draw overflow is counted too
+    assert PL.fresh_draw_misses(needs, base) == [["moves1", "root"], [], ["moves3"]]
+    # one draw: nothing to compare
+    assert PL.fresh_draw_misses({"a": need(cap + 1)}, base) == []
+
+
 # -- the whole-run verdict where links did not all come up -------------------------------------
 
 def _row(value, correct, since):
