@@ -37,10 +37,36 @@ def cmd_measure(a):
     adj = topo.adjacency()
     out = {"graph": a.generate or a.topology, "gen_seed": a.seed, "root": root, "ecc": ecc,
            "duration": a.duration, "seeds": [], "runs": [],
-           "nodes": {n: {"dist": dist[n], "deg": len(adj[n]), "routes": []} for n in topo.names}}
+           "nodes": {n: {"dist": dist[n], "deg": len(adj[n]), "routes": [], "subtree": [],
+                         "parent": []} for n in topo.names}}
+
+    def tree_at_end(mesh):
+        # each node's parent (by the port its tree takes) and subtree size
+        parent = {}
+        for n in topo.names:
+            r = mesh.router(n)
+            p = r.tree.parent if r is not None else 0
+            parent[n] = None
+            if p:
+                for b in adj[n]:
+                    if mesh.port_of(n, b) == p:
+                        parent[n] = b
+                        break
+        size = dict((n, 1) for n in topo.names)
+        for n in sorted(topo.names, key=lambda x: -dist[x]):
+            seen = set()
+            x = n
+            while parent.get(x) is not None and x not in seen:
+                seen.add(x)
+                x = parent[x]
+                size[x] += 1
+        for n in topo.names:
+            out["nodes"][n]["subtree"].append(size[n])
+            out["nodes"][n]["parent"].append(parent[n])
+
     for s in [int(x) for x in a.seeds.split(",")]:
         needs, runs = PL.measure(topo, ladder[0], root, root_prof, 1, a.duration,
-                                 progress=sys.stderr, seed0=s - 1)
+                                 progress=sys.stderr, seed0=s - 1, on_draw=tree_at_end)
         out["seeds"].append(s)
         out["runs"].extend(runs)
         for n, nd in needs.items():
@@ -49,6 +75,45 @@ def cmd_measure(a):
             json.dump(out, f)
         print(json.dumps(runs[0]), flush=True)
     return 0
+
+
+def _corr(xs, ys):
+    n = float(len(xs))
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    sxx = sum((x - mx) ** 2 for x in xs)
+    syy = sum((y - my) ** 2 for y in ys)
+    return sxy / (sxx * syy) ** 0.5 if sxx and syy else float("nan")
+
+
+def tree_table(nodes, root, k):
+    """Does the load move because the tree moves? The tree at each draw's
+    end: how many nodes keep their parent over the draws; the correlation
+    of a node's routes with s (N - s) (s: its subtree; the bootstrap paths
+    between random keys that cross its parent link), within a draw, and of
+    the change between two draws with the change of s (N - s)."""
+    N = float(len(nodes))
+    names = [n for n in nodes if n != root]
+    same = sum(1 for n in names if len(set(nodes[n]["parent"])) == 1)
+    print()
+    print("tree at the end of each draw: %d of %d nodes keep their parent in all %d draws"
+          % (same, len(names), k))
+    f = lambda sz: sz * (N - sz) / N
+    within = [_corr([nodes[n]["routes"][i] for n in names], [f(nodes[n]["subtree"][i]) for n in names])
+              for i in range(k)]
+    dx, dy = [], []
+    for i in range(k):
+        for j in range(i + 1, k):
+            for n in names:
+                dy.append(nodes[n]["routes"][i] - nodes[n]["routes"][j])
+                dx.append(f(nodes[n]["subtree"][i]) - f(nodes[n]["subtree"][j]))
+    print("routes ~ s(N-s): correlation within a draw %s; of the change between draws %.2f"
+          % (" / ".join("%.2f" % c for c in within), _corr(dx, dy)))
+    print("the root's neighbours, per draw subtree / routes:")
+    for n in sorted(x for x in names if nodes[x]["dist"] == 1):
+        v = nodes[n]
+        print("  %s deg %d: %s" % (n, v["deg"], "  ".join("%d/%d" % (v["subtree"][i], v["routes"][i])
+                                                          for i in range(k))))
 
 
 def cmd_table(a):
@@ -116,6 +181,8 @@ def cmd_table(a):
             union = set(n for n, v in nodes.items() if n != root and max(v["routes"]) > c)
             cells.append("%d/%d" % (len(union & ball), len(union - ball)))
         print("| %d | %d | %s |" % (r, len(ball), " | ".join(cells)))
+    if nodes[root].get("subtree"):
+        tree_table(nodes, root, k)
     # need per hop distance: the mean and the spread across draws
     print()
     print("per hop distance: nodes, mean of max-over-draws routes, mean (max-min) across draws, "

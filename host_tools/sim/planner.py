@@ -123,10 +123,12 @@ class Need(object):
         self.cut = 0            # nodes its refusals cut off (largest over the draws)
 
 
-def measure(topo, base, root, root_profile, draws, duration, progress=None, seed0=1000):
+def measure(topo, base, root, root_profile, draws, duration, progress=None, seed0=1000,
+            on_draw=None):
     """{node: Need} over `draws` key draws (seeds seed0+1..), each a
     simulator run of `duration` virtual seconds; returns (needs, runs) with
-    runs a list of per-draw facts (converged time, refused links)."""
+    runs a list of per-draw facts (converged time, refused links).
+    on_draw(mesh), if given, sees each draw's mesh at its end (benches)."""
     from host_tools.sim.harness import Mesh
     from host_tools.sim.engine import US_PER_S
     from snake import report
@@ -180,6 +182,8 @@ def measure(topo, base, root, root_profile, draws, duration, progress=None, seed
                 print("plan: draw %d/%d  %5.1f/%g s virtual  converged=%s  wall %.0f s"
                       % (k + 1, draws, t, duration, "yes" if conv else "no",
                          time.monotonic() - wall0), file=progress, flush=True)
+        if on_draw is not None:
+            on_draw(mesh)
         for name, d in depth_seen.items():
             if d > needs[name].depth:
                 needs[name].depth = d
