@@ -1,6 +1,6 @@
 """How a node's route need moves with the key draw (issue 28, rgg:1000).
 
-    .venv/bin/python bench/route_need.py measure --generate rgg:1000 --seeds 2001,2002,2003 --out F.json
+    .venv/bin/python bench/route_need.py measure --generate rgg:1000 --seeds 2001,2002,2003 [--key-seed K] --out F.json
     .venv/bin/python bench/route_need.py table F.json [--caps 152,200,250,300]
     .venv/bin/python bench/route_need.py map F.json --cap 152 [--ball K] [--draws S,..] --out DIR
 
@@ -30,13 +30,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "firmware"))
 
 def cmd_measure(a):
     from host_tools.sim import planner as PL
+    if a.key_seed is not None:
+        # every draw the same keys (those of seed KEY_SEED), only the
+        # timing from the draw's seed: how much of the movement is timing
+        from host_tools.sim import harness, keys
+        harness.make_signer = lambda seed, name, root=None: keys.make_signer(a.key_seed, name, root)
     topo = PL.load_topology(generate=a.generate, topology=a.topology, seed=a.seed)
     ladder = PL.ladder_of(a.profile, a.upgrade.split(","))
     root_prof = PL.root_choice(ladder)
     root, ecc, dist = PL.centre(topo)
     adj = topo.adjacency()
     out = {"graph": a.generate or a.topology, "gen_seed": a.seed, "root": root, "ecc": ecc,
-           "duration": a.duration, "seeds": [], "runs": [],
+           "duration": a.duration, "seeds": [], "runs": [], "refused": [],
+           "key_seed": a.key_seed,
            "nodes": {n: {"dist": dist[n], "deg": len(adj[n]), "routes": [], "subtree": [],
                          "parent": []} for n in topo.names}}
 
@@ -63,6 +69,8 @@ def cmd_measure(a):
         for n in topo.names:
             out["nodes"][n]["subtree"].append(size[n])
             out["nodes"][n]["parent"].append(parent[n])
+        out["refused"].append(sorted("%s-%s" % tuple(sorted((l.a.name, l.b.name)))
+                                     for l in mesh.links() if l.blocked))
 
     for s in [int(x) for x in a.seeds.split(",")]:
         needs, runs = PL.measure(topo, ladder[0], root, root_prof, 1, a.duration,
@@ -183,6 +191,11 @@ def cmd_table(a):
         print("| %d | %d | %s |" % (r, len(ball), " | ".join(cells)))
     if nodes[root].get("subtree"):
         tree_table(nodes, root, k)
+    if d.get("refused") and len(d["refused"]) >= 2:
+        sets = [set(x) for x in d["refused"]]
+        print("links refused for ports: %s per draw, %d in every draw, %d in some"
+              % (" / ".join(str(len(x)) for x in sets), len(set.intersection(*sets)),
+                 len(set.union(*sets))))
     # need per hop distance: the mean and the spread across draws
     print()
     print("per hop distance: nodes, mean of max-over-draws routes, mean (max-min) across draws, "
@@ -247,6 +260,8 @@ def main(argv=None):
     m.add_argument("--profile", default="ESP32_GENERIC")
     m.add_argument("--upgrade", default="ESP32_SPIRAM,GATEWAY")
     m.add_argument("--duration", type=float, default=60.0)
+    m.add_argument("--key-seed", type=int, default=None,
+                   help="the keys of this seed in every draw (the draw's seed sets the timing)")
     m.add_argument("--out", required=True)
     t = sub.add_parser("table")
     t.add_argument("file")
