@@ -1,4 +1,4 @@
-"""How a node's route need moves with the key draw (issue 28, rgg:1000).
+"""How a node's route need moves with the run's keys and timing (issue 28, rgg:1000).
 
     .venv/bin/python bench/route_need.py measure --generate rgg:1000 --seeds 2001,2002,2003 [--key-seed K] --out F.json
     .venv/bin/python bench/route_need.py table F.json [--caps 152,200,250,300]
@@ -7,14 +7,17 @@
 `measure` runs the planner's own measurement (host_tools/sim/planner.py
 measure(): root at the graph's centre on the root candidate, every table
 large but the base's ports and depth, live routes over the second half of
-the run) once per key seed and writes each node's routes per draw, its hops
-from the root and its degree. `table` answers, per route capacity C: how
+the run) once per seed and writes each node's routes per draw, its hops
+from the root, its degree, its parent and subtree at the draw's end, and
+the links refused for want of ports; with --key-seed every draw has that
+seed's keys and only the timing changes. `table` answers, per route capacity C: how
 many nodes need more than C in each draw and in the union of the draws; how
 many a plan made from the other draws misses (leave-one-out: the nodes
 above C in the left-out draw that no other draw put above C); how many move
 from above C in one draw to below 0.8 C in another; how far from the root
-the heavy nodes sit; and what upgrading the root's k-hop ball plus the
-measured nodes costs and misses. `map` writes DIR/profiles.txt and
+the heavy nodes sit and how many of them the root's k-hop ball holds; how
+well the tree (subtree sizes) explains a node's routes; how many refused
+links the draws share. `map` writes DIR/profiles.txt and
 DIR/topology.txt (as `snakemesh plan` does) for a rule over the measurement,
 for `snakemesh sim --profile-map` on other key seeds.
 """
