@@ -163,17 +163,13 @@ def counters_long(c, t_start, bucket, window_start=None):
     # one projection per step: each withColumn is a round of analysis on the driver
     c = c.select("*", *[F.lag(m).over(w).alias("p_" + m) for m in cols])
 
+    # as SQL text: a Column lambda is several py4j round trips per use
     def lower(m, idx=None):
-        cur, prev = F.col(m), F.col("p_" + m)
-        if idx is None:
-            fn = lambda k: F.coalesce(cur[k] < prev[k], F.lit(False))  # noqa: E731
-        else:
-            fn = lambda k: F.coalesce(cur[k][idx] < prev[k][idx], F.lit(False))  # noqa: E731
-        return F.coalesce(F.exists(F.map_keys(cur), fn), F.lit(False))
+        item = "" if idx is None else "[%d]" % idx
+        return ("coalesce(exists(map_keys(`{m}`), k -> coalesce(`{m}`[k]{i} < `p_{m}`[k]{i}, false)), false)"
+                .format(m=m, i=item))
 
-    reset = lower("capacity", 2)
-    for m in list(maps) + list(scal):
-        reset = reset | lower(m)
+    reset = F.expr(" OR ".join([lower("capacity", 2)] + [lower(m) for m in list(maps) + list(scal)]))
     if window_start is not None:
         t_a = F.min(F.when((F.col("t") >= F.lit(window_start)) & F.col("tx_bytes").isNotNull(),
                            F.col("t"))).over(Window.partitionBy("node"))

@@ -93,84 +93,92 @@ def parse_lines(lines):
     opts = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
     df = lines.select("source", "seq", "value", "ignore",
                       F.from_json("value", RECORD_SCHEMA, opts).alias("r"))
-    r = F.col("r")
-    kind = r["kind"]
+    # The rules are built as one SQL text: one py4j call for the whole
+    # expression instead of one per Column object (~5,000 of them here).
+    kind = "r.kind"
+
+    def rf(name):
+        return "r.`%s`" % name
+
+    def q(text):
+        return "'%s'" % text.replace("\\", "\\\\").replace("'", "\\'")
+
+    def when(cond, value):
+        return "CASE WHEN %s THEN %s END" % (cond, q(value))
+
+    kinds = "(%s)" % ", ".join(q(k) for k in KINDS)
     # The raw map (a second JSON parse) is only needed to explain a line
     # that is already known to be bad, so it is computed for those only.
-    suspicious = (r[CORRUPT].isNotNull() | r["v"].isNull() | (r["v"] != SCHEMA_VERSION)
-                  | kind.isNull() | ~kind.isin(*KINDS))
+    suspicious = ("(%s IS NOT NULL OR r.v IS NULL OR r.v != %d OR %s IS NULL OR NOT %s IN %s)"
+                  % (rf(CORRUPT), SCHEMA_VERSION, kind, kind, kinds))
     # The other JSON parses (the raw map, a peers record's list) in a
     # projection of their own: from_json has no generated code, and a
     # projection holding one runs interpreted. Everything below (the rules,
     # the typed columns) is then one projection with generated code.
+    r = F.col("r")
     df = df.select("source", "seq", "value", "ignore", "r",
-                   F.when(suspicious, F.from_json("value", RAW_SCHEMA)).alias("m"),
-                   F.when(kind == "peers", F.from_json(r["peers"], PEER_LIST_SCHEMA)).alias("peer_list"))
-    m = F.col("m")
+                   F.when(F.expr(suspicious), F.from_json("value", RAW_SCHEMA)).alias("m"),
+                   F.when(r["kind"] == "peers", F.from_json(r["peers"], PEER_LIST_SCHEMA)).alias("peer_list"))
+
+    def m(name):
+        return "m[%s]" % q(name)
 
     def is_key(col):
         # 64 hex digits, either case: cheaper than a regex on every key
-        return (F.octet_length(col) == 64) & F.unhex(col).isNotNull()
+        return "(octet_length(%s) = 64 AND unhex(%s) IS NOT NULL)" % (col, col)
 
     def first(*whens):
-        return F.coalesce(*whens) if len(whens) > 1 else whens[0]
+        return "coalesce(%s)" % ", ".join(whens) if len(whens) > 1 else whens[0]
 
     # Lines the typed parser already flagged: find out why (raw map needed).
-    bad = [F.when(m.isNull(), F.lit("malformed_json")),
-           F.when(r["v"].isNull() & m.getItem("v").isNull(), F.lit("missing_field:v")),
-           F.when(r["v"].isNull() | (r["v"] != SCHEMA_VERSION), F.lit("unknown_version")),
-           F.when(kind.isNull() & m.getItem("kind").isNull(), F.lit("missing_field:kind")),
-           F.when(kind.isNull() | ~kind.isin(*KINDS), F.lit("unknown_kind"))]
+    bad = [when("m IS NULL", "malformed_json"),
+           when("r.v IS NULL AND %s IS NULL" % m("v"), "missing_field:v"),
+           when("r.v IS NULL OR r.v != %d" % SCHEMA_VERSION, "unknown_version"),
+           when("%s IS NULL AND %s IS NULL" % (kind, m("kind")), "missing_field:kind"),
+           when("%s IS NULL OR NOT %s IN %s" % (kind, kind, kinds), "unknown_kind")]
     for name, _typ in TYPED_FIELDS[2:]:
-        bad.append(F.when(r[name].isNull() & m.getItem(name).isNotNull(), F.lit("wrong_type:" + name)))
+        bad.append(when("%s IS NULL AND %s IS NOT NULL" % (rf(name), m(name)), "wrong_type:" + name))
     # A line the typed parser flagged but no field-level rule explains.
-    bad.append(F.lit("malformed_json"))
+    bad.append(q("malformed_json"))
 
     # Well-formed lines: common rules, then the rules of their kind. A
     # `topology` record describes the whole mesh: its `node` (whoever emitted
     # it) may be anything and does not join the node set.
-    per_node = kind != "topology"
-    common = [F.when(r["t"].isNull(), F.lit("missing_field:t")),
-              F.when(per_node & r["node"].isNull(), F.lit("missing_field:node")),
-              F.when(F.isnan(r["t"]) | (F.abs(r["t"]) == float("inf")), F.lit("bad_value:t")),
-              F.when(per_node & ~is_key(r["node"]), F.lit("bad_key:node"))]
+    per_node = "%s != 'topology'" % kind
+    common = [when("r.t IS NULL", "missing_field:t"),
+              when("%s AND r.node IS NULL" % per_node, "missing_field:node"),
+              when("isnan(r.t) OR abs(r.t) = double('Infinity')", "bad_value:t"),
+              when("%s AND NOT %s" % (per_node, is_key("r.node")), "bad_key:node")]
     by_kind = dict((k, []) for k in KINDS)
     for k, fields in REQUIRED.items():
         for name in fields:
-            by_kind[k].append(F.when(r[name].isNull(), F.lit("missing_field:" + name)))
+            by_kind[k].append(when("%s IS NULL" % rf(name), "missing_field:" + name))
     for k, fields in REQUIRED_KEYS.items():
         for name in fields:
             # the key may hold null, so its presence is read from the text
-            by_kind[k].append(F.when(r[name].isNull() & ~F.col("value").contains('"%s"' % name),
-                                     F.lit("missing_field:" + name)))
+            by_kind[k].append(when("%s IS NULL AND NOT contains(value, %s)" % (rf(name), q('"%s"' % name)),
+                                   "missing_field:" + name))
     # `peers` is an int in state records and a list in peers records
-    by_kind["state"].append(F.when(r["peers"].isNotNull() & F.col("peers_n").isNull(),
-                                   F.lit("wrong_type:peers")))
-    by_kind["peers"].append(F.when(F.col("peer_list").isNull(), F.lit("wrong_type:peers")))
-    any_counter = r[COUNTER_FIELDS[0]].isNotNull()
-    for n in COUNTER_FIELDS[1:]:
-        any_counter = any_counter | r[n].isNotNull()
-    by_kind["counters"].append(F.when(~any_counter, F.lit("missing_field:counters")))
+    by_kind["state"].append(when("r.peers IS NOT NULL AND peers_n IS NULL", "wrong_type:peers"))
+    by_kind["peers"].append(when("peer_list IS NULL", "wrong_type:peers"))
+    any_counter = " OR ".join("%s IS NOT NULL" % rf(n) for n in COUNTER_FIELDS)
+    by_kind["counters"].append(when("NOT (%s)" % any_counter, "missing_field:counters"))
     for k, name in KEY_FIELDS:
-        by_kind[k].append(F.when(r[name].isNotNull() & ~is_key(r[name]), F.lit("bad_key:" + name)))
-    by_kind["probe"].append(F.when(~r["probe"].isin("ping", "trace", "datagram"), F.lit("bad_value:probe")))
-    by_kind["probe"].append(F.when(r["hops"] < 0, F.lit("bad_value:hops")))
-    by_kind["probe"].append(F.when(r["rtt_ms"] < 0, F.lit("bad_value:rtt_ms")))
-    per_kind = None
-    for k in KINDS:
-        if by_kind[k]:
-            cond = kind == k
-            per_kind = (F.when(cond, first(*by_kind[k])) if per_kind is None
-                        else per_kind.when(cond, first(*by_kind[k])))
-    reason = (F.when(F.col("ignore").isNotNull(), F.col("ignore"))
-              .when(~F.col("value").startswith("{") & ~F.ltrim(F.col("value")).startswith("{"), F.lit("not_json"))
-              .when(suspicious, first(*bad))
-              .otherwise(F.coalesce(first(*common), per_kind)))
+        by_kind[k].append(when("%s IS NOT NULL AND NOT %s" % (rf(name), is_key(rf(name))), "bad_key:" + name))
+    by_kind["probe"].append(when("NOT r.probe IN ('ping', 'trace', 'datagram')", "bad_value:probe"))
+    by_kind["probe"].append(when("r.hops < 0", "bad_value:hops"))
+    by_kind["probe"].append(when("r.rtt_ms < 0", "bad_value:rtt_ms"))
+    per_kind = "CASE %s END" % " ".join("WHEN %s = %s THEN %s" % (kind, q(k), first(*by_kind[k]))
+                                        for k in KINDS if by_kind[k])
+    reason = F.expr(
+        "CASE WHEN ignore IS NOT NULL THEN ignore"
+        " WHEN NOT startswith(value, '{') AND NOT startswith(ltrim(value), '{') THEN 'not_json'"
+        " WHEN %s THEN %s ELSE coalesce(%s, %s) END" % (suspicious, first(*bad), first(*common), per_kind))
 
-    typed = [r[name].alias(name) for name, _t in TYPED_FIELDS if name != "peers"]
-    df = df.select(
+    typed = ["r.`%s` AS `%s`" % (name, name) for name, _t in TYPED_FIELDS if name != "peers"]
+    df = df.selectExpr(
         "source", "seq", "value", "ignore", "r", "m", *typed,
-        F.when(kind == "state", r["peers"].try_cast(_L)).alias("peers_n"), "peer_list")
+        "CASE WHEN r.kind = 'state' THEN try_cast(r.peers AS BIGINT) END AS peers_n", "peer_list")
     df = df.withColumn("reason", reason)
     keep = [name for name, _t in TYPED_FIELDS if name != "peers"]
     # Keys in lower case (the format check above takes either case), in the
@@ -181,11 +189,9 @@ def parse_lines(lines):
 
     def out_col(n):
         if n in lowered:
-            return F.lower(F.col(n)).alias(n)
-        return F.col(n)
+            return "lower(`%s`) AS `%s`" % (n, n)
+        return "`%s`" % n
 
-    return df.select(
-        "source", "seq", "reason",
-        F.when(F.col("reason").isNotNull(), F.col("value")).alias("raw"),
+    return df.selectExpr(
+        "source", "seq", "reason", "CASE WHEN reason IS NOT NULL THEN value END AS raw",
         *[out_col(n) for n in keep], "peers_n", "peer_list")
-
