@@ -219,6 +219,14 @@ def get_session(master=None, conf=None, app_name="snakemesh-analyze", quick_jit=
             settings["spark.driver.extraJavaOptions"] += " -XX:TieredStopAtLevel=1"
         if small_input:
             settings["spark.driver.extraJavaOptions"] += " -XX:+UseSerialGC"
+            if not (conf or {}).get("spark.driver.memory"):
+                # The serial collector's pauses are its CPU time: a young
+                # generation of 3/8 of the 2 GB heap, committed from the start,
+                # collects a 250-node simulator folder (32 MB) in 10 instead of
+                # 55 pauses, 1.0 instead of 2.4 CPU-s; a metaspace threshold
+                # above what Spark's classes take spares a full collection.
+                settings["spark.driver.extraJavaOptions"] += (" -Xms1536m -Xmn768m"
+                                                              " -XX:MetaspaceSize=256m")
         elif small_input is not None:
             # a large input: the throughput (parallel) collector, not G1,
             # whose concurrent marking and barriers compete with the two task
