@@ -29,8 +29,7 @@ import time
 
 from host_tools.errors import CliError, EngineError, InputError, UsageError
 from host_tools.pipeline import convergence, inputs, metrics, output, runinfo, topology
-from host_tools.pipeline.session import (cpu_seconds, driver_memory, get_session, jvm_pid, quiet_imports,
-                                        spark_log_path)
+from host_tools.pipeline.session import cpu_seconds, driver_memory, get_session, jvm_pid, spark_log_path
 
 SUMMARY_VERSION = 2
 PARTITIONED = ("telemetry", "probes")
@@ -366,9 +365,7 @@ def analyze(input_paths, out_dir, master=None, topology_file=None, conf=None, sp
             if spark is None:
                 say("starting Spark (%s)" % (master or "local[2]"))
                 t1 = time.time()
-                warm = _import_in_background()
                 spark = get_session(master, conf, quick_jit=size < QUICK_JIT_INPUT, small_input=size < SMALL_INPUT)
-                warm.join()
                 t_session = round(time.time() - t1, 3)
             watch.started(spark)
             say("reading %d file(s)%s" % (len(res.files), (" + %d URI(s)" % len(res.remote)) if res.remote else ""))
@@ -387,29 +384,6 @@ def analyze(input_paths, out_dir, master=None, topology_file=None, conf=None, sp
         if isinstance(e, KeyboardInterrupt) and own_session:
             stop_jvm(watch)
         raise
-
-
-# Modules the run needs after the session starts (Arrow for local_df and
-# the output tables, pandas): imported while the JVM starts, when the
-# driver only waits.
-WARM_IMPORTS = ("pandas", "pyarrow", "pyarrow.parquet", "pyspark.sql.pandas.conversion",
-                "host_tools.pipeline.ingest")
-
-
-def _import_in_background():
-    import importlib
-    import threading
-
-    def run():
-        for name in WARM_IMPORTS:
-            try:
-                importlib.import_module(name)
-            except Exception:   # the run itself imports it again and says why
-                pass
-    quiet_imports()
-    t = threading.Thread(target=run, name="warm-imports", daemon=True)
-    t.start()
-    return t
 
 
 def stop_jvm(watch, wait=5.0):
