@@ -531,9 +531,9 @@ class Datagrams:
                 return True
             # a partial bitmap: resend only what is missing, now
             if _bits_first(b, ob, count) >= 0:
-                return          # a burst is still going out
+                return True     # a burst is still going out
             if v[o + _S_TRIES] >= _MAX_TRIES:
-                return          # the timer ends it
+                return True     # the timer ends it
             self._retry(i, now, False)
             return True
         if t != _T_DATA:

@@ -221,6 +221,22 @@ def test_no_answer_times_out_after_backed_off_retries():
     assert a.pending() == 0
 
 
+def test_a_partial_ack_during_a_burst_is_taken_as_a_datagram():
+    # the ack is consumed by the layer (receive says True), never handed on
+    # to the node as an application payload, while fragments are still owed
+    net = Net()
+    a = net.add(KA)
+    net.mode[KA] = BUSY                     # tx refuses: the burst stays owed
+    h = a.send(KB, 1, bytes(250), net.now, ack=True)
+    assert a.pending() == 1
+    ack = bytearray(ACK_HDR + 1)
+    put_head(ack, T_ACK, 0, 1, 0, h)
+    ack[11] = 3                             # fragments of 100 bytes
+    ack[ACK_HDR] = 0x80                     # the first one arrived
+    assert a.receive(KB, bytes(ack), net.now) is True
+    assert stat(a, "acks_received") == 1 and a.pending() == 1
+
+
 def test_retry_after_a_lost_ack_is_acked_again_but_delivered_once():
     net = Net()
     a = net.add(KA)
