@@ -29,7 +29,7 @@ datagrams that reach it are decoded as the gateway decodes them
 
     res = run(profile, variant, heap, seconds, out_dir)
     profile: a board name (boards/NAME/profile.json) or a profile file
-    res.samples[name] = [(t, free, heap, occupancy)], res.final[name] = `mem`,
+    res.samples[name] = [(t, free, heap, occupancy)] (free: board_free()), res.final[name] = `mem`,
     res.stats / res.status / res.alive / res.logs, res.errors (list of str)
 """
 import asyncio
@@ -329,7 +329,7 @@ def run(profile, variant, heap, seconds, out_dir, log=lambda msg: None, datagram
                     st = _req(m, n, "stats")
                     occ = st["occupancy"]
                     mem = _req(m, n, "mem")
-                    res.samples[n].append((time.monotonic() - t0, mem["free"], mem["heap"], occ))
+                    res.samples[n].append((time.monotonic() - t0, board_free(mem), mem["heap"], occ))
                     dg = st.get("datagrams") or {}
                     for t in ("pending", "reassembling"):
                         res.peak[(n, "dgram_" + t)] = max(res.peak.get((n, "dgram_" + t), 0), dg.get(t, 0))
@@ -384,6 +384,17 @@ def _datagram_load(m, names, res, k):
         dg = _req(m, n, "stats").get("datagrams") or {}
         for j in range(res.dgram_cap["pending"] - dg.get("pending", 0)):
             m.nodes[n].write_line("#dg%d_%d send %s 1 1 %s" % (k, j, NOT_IN_MESH, "00" * 24))
+
+
+def board_free(mem):
+    """What a board would have free at this `mem` reply: the heap free
+    here plus what the host's emulated radios took at their import
+    (`radio_emulation`: the Python stand-ins for the C modules `bluetooth`
+    and `espnow` that a board has built in, whose import costs a board no
+    heap). What the emulations allocate once running (their sockets to the
+    medium, their connection state) stays counted: a board's C modules
+    keep state of their own."""
+    return mem["free"] + ((mem.get("parts") or {}).get("radio_emulation") or 0)
 
 
 def steady(res, n):
@@ -450,11 +461,16 @@ def report(res):
                 " (%d without a console reply in 30 s)" % res.pings[2] if res.pings[2] else "")]
     for n in res.names:
         f = res.final[n]
-        lows = [s[1] for s in res.samples[n]] or [f["free"]]
+        ff = board_free(f)
+        emu = ff - f["free"]
+        lows = [s[1] for s in res.samples[n]] or [ff]
         lines.append("  %s: free %d of %d B (%.1f %%), lowest sample %d B (%.1f %%), largest free block %s B; "
-                     "occupancy %s" % (n, f["free"], f["heap"], 100.0 * f["free"] / f["heap"], min(lows),
+                     "occupancy %s" % (n, ff, f["heap"], 100.0 * ff / f["heap"], min(lows),
                                        100.0 * min(lows) / f["heap"], f.get("largest_free"),
                                        res.stats[n]["occupancy"]))
+        if emu:
+            lines.append("     (free on a board: %d B free here + %d B the emulated radios' import took)"
+                         % (f["free"], emu))
         dg = res.stats[n].get("datagrams") or {}
         if getattr(res, "datagrams", False):
             lines.append("     datagrams: pending peak %s of %s, reassembling peak %s of %s; sent %s delivered %s "

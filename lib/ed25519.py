@@ -4,7 +4,8 @@
 #   public_key(seed32) -> bytes(32)
 #   sign(seed32, msg) -> bytes(64)
 #   SigningKey(seed32): .public, .sign(msg)  (caches the expanded secret)
-#   verify(pub32, msg, sig64) -> bool        (never raises)
+#   expand(seed32) -> key; sign_expanded(key, msg) -> bytes(64)
+#   verify(pub32, msg, sig64[, kc]) -> bool  (never raises; kc: key_cache())
 #
 # Field elements are ints modulo p = 2^255 - 19. Points use extended twisted
 # Edwards coordinates (X:Y:Z:T) with x = X/Z, y = Y/Z, xy = T/Z (Hisil, Wong,
@@ -399,32 +400,46 @@ def _base_mul(s, more=()):
 
 # ---------------------------------------------------------------- API
 
+def expand(seed):
+    """An expanded ed25519 secret: seed -> (scalar a, prefix, public key).
+    A caller that keeps this module out of its heap between signatures
+    (snake/crypto.py on MicroPython) keeps this tuple instead of a
+    SigningKey."""
+    if not isinstance(seed, _BYTES) or len(seed) != 32:
+        raise ValueError("seed must be 32 bytes")
+    h = _sha512(bytes(seed))
+    # clamp (RFC 8032 5.1.5): clear the low 3 bits and bit 255, set bit 254
+    a = int.from_bytes(h[0:32], "little") & ((1 << 254) - 8) | (1 << 254)
+    return a, h[32:64], _encode(*_base_mul(a % _L))
+
+
+def sign_expanded(key, msg):
+    """Sign msg with key = expand(seed)."""
+    a, prefix, public = key
+    msg = bytes(msg)
+    r = int.from_bytes(_sha512(prefix + msg), "little") % _L
+    R = _encode(*_base_mul(r))
+    k = int.from_bytes(_sha512(R + public + msg), "little") % _L
+    return R + ((r + k * a) % _L).to_bytes(32, "little")
+
+
 class SigningKey:
     """An expanded ed25519 secret: seed -> (scalar a, prefix, public key)."""
 
     def __init__(self, seed):
-        if not isinstance(seed, _BYTES) or len(seed) != 32:
-            raise ValueError("seed must be 32 bytes")
-        h = _sha512(bytes(seed))
-        # clamp (RFC 8032 5.1.5): clear the low 3 bits and bit 255, set bit 254
-        self._a = int.from_bytes(h[0:32], "little") & ((1 << 254) - 8) | (1 << 254)
-        self._prefix = h[32:64]
-        self.public = _encode(*_base_mul(self._a % _L))
+        self._key = expand(seed)
+        self.public = self._key[2]
 
     def sign(self, msg):
-        msg = bytes(msg)
-        r = int.from_bytes(_sha512(self._prefix + msg), "little") % _L
-        R = _encode(*_base_mul(r))
-        k = int.from_bytes(_sha512(R + self.public + msg), "little") % _L
-        return R + ((r + k * self._a) % _L).to_bytes(32, "little")
+        return sign_expanded(self._key, msg)
 
 
 def public_key(seed):
-    return SigningKey(seed).public
+    return expand(seed)[2]
 
 
 def sign(seed, msg):
-    return SigningKey(seed).sign(msg)
+    return sign_expanded(expand(seed), msg)
 
 
 # Recently decoded public keys (valid ones only): a node verifies the same
@@ -432,31 +447,37 @@ def sign(seed, msg):
 # kept (y is the key's own low 255 bits, read again at no cost), copied into
 # an exactly-sized int (results of `%` on MicroPython keep the dividend's
 # digit capacity, twice the size): on a 32-bit port each 255-bit int costs
-# 48 bytes of heap.
+# 48 bytes of heap. A cache is [keys, xs, next slot]: verify() takes one the
+# caller keeps (so it outlives this module's code where that comes and
+# goes), else uses this module's own.
 _KC = 4
-_kc_keys = [None] * _KC
-_kc_x = [None] * _KC
-_kc_next = 0
 
 
-def _decode_key(pub):
-    global _kc_next
-    if pub in _kc_keys:
-        return _kc_x[_kc_keys.index(pub)], int.from_bytes(pub, "little") & _MASK255
+def key_cache():
+    return [[None] * _KC, [None] * _KC, 0]
+
+
+_kc = key_cache()
+
+
+def _decode_key(pub, kc):
+    keys, xs, i = kc
+    if pub in keys:
+        return xs[keys.index(pub)], int.from_bytes(pub, "little") & _MASK255
     A = _decode_point(pub)
     if A is None or _small_order(A[0], A[1]):
         return None
-    i = _kc_next
-    _kc_keys[i] = pub
-    _kc_x[i] = int.from_bytes(A[0].to_bytes(32, "little"), "little")
-    _kc_next = (i + 1) % _KC
+    keys[i] = pub
+    xs[i] = int.from_bytes(A[0].to_bytes(32, "little"), "little")
+    kc[2] = (i + 1) % _KC
     return A
 
 
-def verify(pub, msg, sig):
+def verify(pub, msg, sig, kc=None):
     """True when sig is a valid signature of msg by pub; False for anything
     else, including malformed input. MemoryError is re-raised: running out
-    of heap says nothing about the signature."""
+    of heap says nothing about the signature. kc: a key_cache() of the
+    caller's (default: this module's)."""
     try:
         if not isinstance(pub, _BYTES) or len(pub) != 32:
             return False
@@ -468,7 +489,7 @@ def verify(pub, msg, sig):
         if S >= _L:
             return False
         pub = bytes(pub)
-        A = _decode_key(pub)
+        A = _decode_key(pub, kc or _kc)
         if A is None:
             return False
         Rb = bytes(sig[0:32])

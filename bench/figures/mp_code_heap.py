@@ -20,8 +20,9 @@ import sys
 
 # leaves first, so each increment is mostly the module's own. Not here: what
 # a running node has dropped again (snake.runtime.boot, config, profile) or loads only
-# for a console command (snake.runtime.cmds, probing): docs/reports/MEMORY.md
-MODULES = ["asyncio", "snake.platform", "sha512", "ed25519", "snake.crypto", "snake.wire",
+# for a console command (snake.runtime.cmds, probing) or a signature (ed25519,
+# sha512: snake/crypto.py): docs/reports/MEMORY.md
+MODULES = ["asyncio", "snake.platform", "snake.crypto", "snake.wire",
            "snake.tables", "snake.telemetry", "snake.tree", "snake.snek",
            "snake.router", "snake.runtime.link", "snake.runtime.stream", "snake.runtime.probe", "snake.runtime.console",
            "snake.runtime.wifi", "snake.runtime.ble", "snake.runtime.node"]

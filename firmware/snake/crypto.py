@@ -31,14 +31,34 @@ def _ok_bytes(b, n):
 BACKEND = None
 _make = None       # seed -> (public, sign)
 _verify = None     # (pub, msg, sig) -> bool
-_ed = None         # lib/ed25519.py, once the python backend was loaded
+_kc = None         # the python backend's decoded keys (ed25519.key_cache())
+
+
+# The python backend (lib/ed25519.py, and lib/sha512.py, which it imports
+# where hashlib has no SHA-512) is cold code on MicroPython: loaded for each
+# signature made or checked and dropped again, so as .mpy its ~7.5 KB of
+# bytecode is in the heap only while it runs (a pure-Python verify takes
+# ~1000x longer than the load). What must outlive a call stays here: the
+# expanded secret in the signer's closure, the decoded keys in _kc.
+def _ed25519():
+    ed = platform.cold("ed25519")
+    if platform.MICROPYTHON:
+        platform.unload("sha512")
+    return ed
 
 
 def _py_make(seed):
     # the python backend's signer (here, not in crypto_backends: the
     # function's module stays in the heap with it)
-    key = _ed.SigningKey(bytes(seed))
-    return key.public, key.sign
+    key = _ed25519().expand(bytes(seed))
+
+    def sign(msg):
+        return _ed25519().sign_expanded(key, msg)
+    return key[2], sign
+
+
+def _py_verify(pub, msg, sig):
+    return _ed25519().verify(pub, msg, sig, _kc)
 
 
 # ---------------------------------------------------------------- API

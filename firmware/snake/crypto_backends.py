@@ -16,7 +16,8 @@
 # snake/crypto.py loads this module once at its import (choose()) and drops
 # it from sys.modules on MicroPython right after, so a running node's heap
 # holds none of this code (docs/reports/MEMORY.md): the python backend's signer is
-# crypto._py_make, a function of crypto.py, and its verify lib/ed25519.py's.
+# crypto._py_make and its verify crypto._py_verify, functions of crypto.py
+# that load lib/ed25519.py for each call on MicroPython.
 # The native backend's two small functions are made here and keep this
 # module's objects (a custom image: its code is in flash). Tests and
 # benchmarks import it to switch backends.
@@ -41,8 +42,12 @@ def _load(name):
         if getattr(ed, "IMPLEMENTATION", None) != "snakemesh-ed25519":
             return None  # missing, or another package named ed25519 shadows lib/
         c = _crypto()
-        c._ed = ed
-        return c._py_make, ed.verify
+        c._kc = ed.key_cache()
+        if platform.MICROPYTHON:
+            # crypto loads it per call (crypto._ed25519)
+            platform.unload("ed25519")
+            platform.unload("sha512")
+        return c._py_make, c._py_verify
     if name == "native":
         mod = platform.try_import("snakemesh_ed25519")
         if mod is None:

@@ -267,3 +267,26 @@ def test_sigcache_key_covers_public_key():
     h.update(msg)
     h.update(sig)
     assert bytes(c._dig[0:16]) == h.digest()[:16]
+
+
+def test_python_backend_keeps_its_code_out_of_a_micropython_heap_between_calls():
+    # on MicroPython lib/ed25519.py (and lib/sha512.py) are loaded for each
+    # signature made or checked and dropped again; the decoded keys live on
+    # in crypto (its _kc), so the second check of a key decodes nothing new
+    import sys
+    before = crypto.BACKEND
+    try:
+        crypto_backends.use_backend("python")
+        pub, msg, sig = signed_items()[0]
+        s = crypto.Signer(seed_of(next(iter(vectors()["nodes"]))))
+        sig2 = s.sign(b"hello")
+        assert crypto.verify(s.public, b"hello", sig2)
+        assert not crypto.verify(s.public, b"hellO", sig2)
+        assert crypto.verify(pub, msg, sig)
+        assert bytes(pub) in crypto._kc[0] and bytes(s.public) in crypto._kc[0]
+        if sys.implementation.name == "micropython":
+            assert "ed25519" not in sys.modules and "sha512" not in sys.modules
+        else:
+            assert "ed25519" in sys.modules     # CPython keeps cold code imported
+    finally:
+        crypto_backends.use_backend(before)

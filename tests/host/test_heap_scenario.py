@@ -162,3 +162,18 @@ def test_telemetry_reaching_the_scripted_sink_is_decoded_and_counted():
     f.retired = [_Peer([(a, good), (b, bad), (b, b"SM ping")])]
     got, nbad = heap_scenario.telemetry_received(f, {a.hex(): "a"})
     assert got == {"a": 2, "bb" * 4: 1} and nbad == 1
+
+
+@pytest.mark.parametrize("parts,expect", [
+    ({"code": 90000, "radio_emulation": 2784, "ble": 7488}, 60000 + 2784),
+    ({"code": 90000, "ble": 7488}, 60000),
+    (None, 60000),
+])
+def test_a_boards_free_heap_leaves_out_only_the_emulated_radios_import(parts, expect):
+    # the emulations of `bluetooth`/`espnow` are Python modules on the host
+    # and C modules on a board: their import is not a board's heap, the
+    # rest (their running state among it) is
+    mem = {"free": 60000, "heap": 200064, "used": 140064}
+    if parts is not None:
+        mem["parts"] = parts
+    assert heap_scenario.board_free(mem) == expect
