@@ -59,12 +59,14 @@ BUSY = 5
 REASON_NAMES = (None, "no_route", "timeout", "too_big", "no_memory", "busy")
 
 # The cold module's indices this module uses (snake/datagram_cold.py has
-# them all): two counters of Datagrams.stats and two small integers of
-# Datagrams.ofs.
+# them all): two counters of Datagrams.stats, two small integers of
+# Datagrams.ofs and the strides of two tables (a slot's field 0: in use).
 _G_FAILED_NO_MEMORY = const(5)
 _G_NO_MEMORY = const(20)
 _O_DUE = const(9)      # the next time tick has work (ticks ms), -1: none
 _O_RUN = const(10)     # events running (nested: tx delivered locally)
+_SN = const(13)        # fields a send in flight (s_v)
+_MN = const(8)         # fields a reassembly (m_v)
 
 
 class Datagrams:
@@ -122,15 +124,16 @@ class Datagrams:
             self._load("flush", now)
 
     def pending(self):
-        """Sends in flight (None when the heap cannot take the logic)."""
-        return self._load("pending")
+        """Sends in flight."""
+        return _used(self.s_v, _SN)
 
     def reassemblies(self):
-        """Reassemblies in flight (None when the heap cannot take the logic)."""
-        return self._load("reassemblies")
+        """Reassemblies in flight."""
+        return _used(self.m_v, _MN)
 
     def rtt_of(self, key):
-        """(srtt_ms, rttvar_ms) measured to `key`, or None."""
+        """(srtt_ms, rttvar_ms) measured to `key`, or None (also when the
+        heap cannot take the logic)."""
         return self._load("rtt_of", key)
 
     def _load(self, name, *args):
@@ -155,6 +158,17 @@ class Datagrams:
             o[_O_RUN] -= 1
             if not o[_O_RUN] and not self.a_n:
                 self.code = None
+
+
+def _used(v, n):
+    """Slots in use of a table of n fields a slot whose field 0 says so."""
+    c = 0
+    i = 0
+    while i < len(v):
+        if v[i]:
+            c += 1
+        i += n
+    return c
 
 
 def via_router(router, hop_limit=0):
