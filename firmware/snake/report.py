@@ -49,12 +49,12 @@ DEFENCE_NAMES = ("hs_source_limit", "hs_evicted", "hs_deadline", "hs_backoff", "
 # probe.Prober.stats, index -> name (probe.py _P_*)
 PROBE_STATS = ("requests", "replies_sent", "replies_dropped", "trace_expired", "unmatched")
 
-# datagram.Datagrams.stats, index -> name (datagram.py _G_*)
+# datagram.Datagrams.stats, index -> name (datagram_cold.py _G_*)
 DGRAM_STATS = ("sent", "delivered", "failed_no_route", "failed_timeout", "failed_too_big",
                "failed_no_memory", "failed_busy", "retries", "fragments_sent",
                "fragments_received", "received", "duplicates", "reasm_refused",
                "reasm_too_big", "reasm_expired", "malformed", "acks_sent", "acks_received",
-               "acks_unmatched", "acks_dropped")
+               "acks_unmatched", "acks_dropped", "no_memory")
 
 
 

@@ -1,16 +1,18 @@
-# Application datagrams (snake/datagram.py): every send state, acks,
-# retries on the measured round trip, duplicate suppression, fragments with
-# selective resend, bounded state and refusals, malformed input counted, and
-# datagrams across real routers. Runs under CPython and MicroPython.
-from snake import datagram, wire
+# Application datagrams (snake/datagram.py, its logic in
+# snake/datagram_cold.py): every send state, acks, retries on the measured
+# round trip, duplicate suppression, fragments with selective resend,
+# bounded state and refusals, malformed input counted, when the logic is
+# loaded and let go, and datagrams across real routers. Runs under CPython
+# and MicroPython.
+from snake import datagram, datagram_cold, platform, wire
 from snake.datagram import (Datagrams, S_PENDING, S_SENT, S_DELIVERED, S_FAILED, NO_ROUTE,
-                            TIMEOUT, TOO_BIG, BUSY, via_router)
+                            TIMEOUT, TOO_BIG, NO_MEMORY, BUSY, via_router)
 from snake.profile import Profile
 from snake.report import DGRAM_STATS
 from fwtest import counter_names_follow, Rng, allocated_by
 
 # The wire's numbers (docs/reference/DATAGRAMS.md) and the layer's timing
-# (snake/datagram.py's _RTO_* .. _DEDUP_MS): private constants there (no
+# (snake/datagram_cold.py's _RTO_* .. _DEDUP_MS): private constants there (no
 # module-level names on MicroPython), stated here, so a change fails here.
 OK = 0
 HDR = 17
@@ -107,8 +109,14 @@ class Net:
 
 
 def test_stat_indices_follow_the_names():
-    counter_names_follow(datagram, "_G_", DGRAM_STATS)
+    counter_names_follow(datagram_cold, "_G_", DGRAM_STATS)
     assert len(DGRAM_STATS) == len(Datagrams(prof(), KA).stats)
+    # the resident module's copies of the cold module's indices (const:
+    # module names on CPython only; the tests below check them by behaviour
+    # on both)
+    for name in ("_G_FAILED_NO_MEMORY", "_G_NO_MEMORY", "_O_DUE", "_O_RUN", "_SN", "_MN"):
+        mine = getattr(datagram, name, None)
+        assert mine == getattr(datagram_cold, name, None), name
 
 
 def test_header_and_fragment_limit_are_the_profiles():
@@ -379,7 +387,7 @@ def test_dedup_memory_is_bounded_and_ages():
     for i in range(6):
         hid = a.send(KB, 1, b"d", net.now, ack=True)
         net.run(200)
-    # d_v holds (used, id, time) a slot (snake/datagram.py _D_*)
+    # d_v holds (used, id, time) a slot (snake/datagram_cold.py _D_*)
     assert len(b.d_v) == 4 * 3 and [b.d_v[3 * i] for i in range(4)] == [1] * 4
     # a remembered (src, id) is suppressed; after DEDUP_MS it is not
     assert hid in [b.d_v[3 * i + 1] for i in range(4)]
@@ -467,6 +475,178 @@ def test_tick_with_nothing_due_allocates_nothing():
     a.send(KB, 1, b"x", 0, ack=True)
     got = allocated_by(lambda: a.tick(10))
     assert got in (None, 0), got
+
+
+# ---- the logic loaded per event ------------------------------------------
+class Loads:
+    """Counts the loads of the layer's logic (snake.datagram's cold());
+    fail: each load raises MemoryError instead, as on a heap that cannot
+    take the module. close() puts cold() back."""
+
+    def __init__(self, fail=False):
+        self.n = 0
+        self.fail = fail
+        self.real = datagram.cold
+        datagram.cold = self.cold
+
+    def cold(self, name):
+        assert name == "snake.datagram_cold", name
+        self.n += 1
+        if self.fail:
+            raise MemoryError("no heap for the logic (test)")
+        return self.real(name)
+
+    def close(self):
+        datagram.cold = self.real
+
+
+def test_payloads_that_are_no_datagram_do_not_load_the_logic():
+    from snake.runtime import probe
+    b = Net().add(KB)
+    ld = Loads()
+    try:
+        for p in (probe.make(probe.PING, 5), b"hello", b"S", b"", b"SMxx"):
+            assert b.receive(KA, p, 0) is False
+        assert ld.n == 0
+        assert b.receive(KA, b"SD", 0) is True and ld.n == 1 and stat(b, "malformed") == 1
+    finally:
+        ld.close()
+
+
+def test_tick_loads_the_logic_only_when_work_is_due():
+    net = Net()
+    a = net.add(KA)
+    b = net.add(KB)
+    ld = Loads()
+    try:
+        for t in range(0, 5000, 50):
+            a.tick(t)                               # nothing in flight
+        assert ld.n == 0
+        h = a.send(KC, 1, b"x", 0, ack=True)        # nobody answers: retry at RTO_INIT_MS
+        assert ld.n == 1
+        for t in range(0, RTO_INIT_MS, 10):
+            a.tick(t)
+        assert ld.n == 1 and stat(a, "retries") == 0
+        a.tick(RTO_INIT_MS)
+        assert ld.n == 2 and stat(a, "retries") == 1
+        a.tick(RTO_INIT_MS + 10)                    # the next retry is 2 RTO_INIT_MS later
+        assert ld.n == 2
+        # a reassembly in flight: due when it has been idle REASM_IDLE_MS
+        n0 = ld.n
+        p = bytearray(HDR + 10)
+        put_head(p, T_DATA, 0, 1, 0, 77)
+        p[11], p[12], p[13], p[14], p[15], p[16] = 2, 0, 0, 10, 0, 15
+        b.receive(KA, bytes(p), 100)
+        assert b.reassemblies() == 1 and ld.n == n0 + 1     # counting slots needs no logic
+        for t in range(100, 100 + REASM_IDLE_MS, 100):
+            b.tick(t)
+        assert ld.n == n0 + 1
+        b.tick(100 + REASM_IDLE_MS)
+        assert ld.n == n0 + 2 and stat(b, "reasm_expired") == 1
+        b.tick(100 + 2 * REASM_IDLE_MS)
+        assert ld.n == n0 + 2
+        # fragments tx refused: every tick tries again until it takes them
+        n0 = ld.n
+        net.mode[KB] = BUSY
+        b.send(KA, 1, bytes(250), 20000, ack=True)
+        b.tick(20010)
+        b.tick(20020)
+        assert ld.n == n0 + 3
+        net.mode[KB] = OK
+        b.tick(20030)
+        assert len([f for f in net.sent(KB, T_DATA)]) == 3
+        b.tick(20040)
+        assert ld.n == n0 + 4
+        assert h is not None
+    finally:
+        ld.close()
+
+
+def test_one_load_carries_a_receive_and_the_flush_of_its_ack():
+    net = Net()
+    a = net.add(KA)
+    b = net.add(KB)
+    p = bytearray(HDR + 1)
+    put_head(p, T_DATA, F_ACK_REQ | F_ACK_NOW, 1, 0, 5)
+    p[11], p[12], p[13], p[14], p[15], p[16] = 1, 0, 0, 1, 0, 1
+    ld = Loads()
+    try:
+        b.receive(KA, bytes(p), 0)
+        assert b.a_n == 1 and b.code is not None     # held: an ack is owed
+        b.flush(0)
+        assert ld.n == 1 and b.a_n == 0 and b.code is None
+        assert stat(b, "acks_sent") == 1 and a.code is None
+    finally:
+        ld.close()
+
+
+def test_an_event_nested_in_tx_uses_the_same_load():
+    # a datagram to our own key: the router delivers it inside tx, and the
+    # ack inside the flush's tx
+    a = Datagrams(prof(), KA, 1)
+    a.tx = lambda dst, buf, n, now, body=None: (
+        a.receive(KA, bytes(buf[:n]) + (bytes(body) if body is not None else b""), now) and OK)
+    got = []
+    ends = []
+    a.on_datagram = lambda src, ds, ss, data: got.append(bytes(data))
+    a.on_state = lambda h, s, r: ends.append((s, r))
+    ld = Loads()
+    try:
+        a.send(KA, 1, b"self", 0, ack=True)
+        a.flush(0)
+        assert got == [b"self"] and ends == [(S_DELIVERED, 0)]
+        assert ld.n == 1 and a.code is None and a.pending() == 0
+    finally:
+        ld.close()
+
+
+def test_the_logic_leaves_the_heap_between_events():
+    import sys
+    a = Datagrams(prof(), KA, 1)
+    a.tx = lambda *x, **kw: OK
+    a.send(KB, 1, b"warm", 0)                  # interns the logic's names once
+    assert a.code is None and a.last_state == S_SENT
+    if not platform.MICROPYTHON:
+        return                                 # CPython keeps it imported (platform.cold)
+    import gc
+    assert "snake.datagram_cold" not in sys.modules
+    gc.collect()
+    m0 = gc.mem_alloc()
+    a.send(KB, 1, b"again", 0)
+    a.tick(5000)
+    gc.collect()
+    m1 = gc.mem_alloc()
+    assert m1 - m0 < 512, (m0, m1)
+    held = platform.cold("snake.datagram_cold")  # the same module, held: the check can fail
+    gc.collect()
+    assert gc.mem_alloc() - m1 > 2048, (m1, gc.mem_alloc())
+    assert held is not None
+
+
+def test_no_heap_for_the_logic_is_counted_never_raised():
+    net = Net()
+    a = net.add(KA)
+    b = net.add(KB)
+    h0 = a.send(KB, 1, b"first", 0, ack=True)      # pending: retry due at RTO_INIT_MS
+    net.drop = lambda src, p: True
+    ld = Loads(fail=True)
+    try:
+        h = a.send(KB, 1, b"x", 0, ack=True)
+        assert (a.last_state, a.last_reason) == (S_FAILED, NO_MEMORY)
+        assert net.states[(KA, h)] == [(S_FAILED, NO_MEMORY)] and h == (h0 + 1) & 0xFFFF
+        assert stat(a, "failed_no_memory") == 1 and stat(a, "no_memory") == 1
+        p = bytearray(HDR + 1)
+        put_head(p, T_DATA, 0, 1, 0, 9)
+        p[11], p[12], p[13], p[14], p[15], p[16] = 1, 0, 0, 1, 0, 1
+        assert b.receive(KA, bytes(p), 10) is True        # dropped, counted
+        assert stat(b, "no_memory") == 1 and KB not in net.got
+        a.tick(RTO_INIT_MS)                               # the retry cannot run now
+        assert stat(a, "no_memory") == 2 and stat(a, "retries") == 0
+        assert a.pending() == 1 and a.rtt_of(KB) is None  # counted without the logic; no rtt
+    finally:
+        ld.close()
+    a.tick(RTO_INIT_MS + 10)                              # it runs at the next tick
+    assert stat(a, "retries") == 1 and a.pending() == 1
 
 
 def test_first_id_picks_the_handles():

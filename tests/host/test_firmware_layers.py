@@ -71,6 +71,8 @@ def _consts(path):
 @pytest.mark.parametrize("cold,hot,shared", [
     ("snake/runtime/ble_cold.py", "snake/runtime/ble.py", {"_N_CANDIDATES", "_FREE", "_CENTRAL"}),
     ("snake/runtime/probing.py", "snake/runtime/probe.py", {"_SLOTS"}),
+    ("snake/datagram_cold.py", "snake/datagram.py", {"_OK", "_G_FAILED_NO_MEMORY", "_G_NO_MEMORY", "_O_DUE",
+                                                     "_O_RUN", "_SN", "_MN"}),
     # two cold modules: cmds.py reads what telesink.py keeps on the node
     ("snake/runtime/cmds.py", "snake/runtime/telesink.py", {"_T_SINK", "_T_SENT", "_T_BYTES", "_T_DEFERRED",
                                                             "_T_FAILED", "_T_TOO_BIG", "_T_NO_SINK"}),

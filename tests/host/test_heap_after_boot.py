@@ -19,9 +19,9 @@ the BLE manager task, and console requests failed with an id-less
    micropython.qstr_info(1) right after boot (first scheduler pass after the
    boot line) and when asked (a trigger file). Its module list then holds
    no boot-only or console-command module (snake.runtime.boot, config, profile,
-   cmds, report, probing, ble_cold, guard, crypto_backends: loaded when needed and
-   dropped, so their code is not in the heap; crypto_host: CPython's backends, wire_host: the codec's
-   host half, never loaded there).
+   cmds, report, probing, ble_cold, guard, crypto_backends, datagram_cold: loaded when
+   needed and dropped, so their code is not in the heap; crypto_host: CPython's backends,
+   wire_host: the codec's host half, never loaded there).
    Requests carry "#ID"s of letters, digits and "_.-" (the console checks
    them as bytes: iterating a str would intern each 1-character str).
 2. A MemoryError inside the BLE manager (one pass, or the link hand-over)
@@ -196,7 +196,7 @@ def test_no_qstr_interned_after_boot_with_tcp_and_ble_to_one_peer(tmp_path):
                 assert "snake.router" in mods[-1] and "snake.runtime.console" in mods[-1], mods[-1]
                 for cold in ("snake.runtime.boot", "snake.runtime.config", "snake.profile", "snake.runtime.cmds", "snake.runtime.probing",
                              "snake.runtime.ble_cold", "snake.report", "snake.runtime.guard", "snake.crypto_backends", "snakehost.crypto_host",
-                             "snakehost.wire_host"):
+                             "snakehost.wire_host", "snake.datagram_cold"):
                     assert cold not in mods[-1], (n, cold, mods[-1])
                 err = open(str(tmp_path / (n + ".err"))).read()
                 assert "MemoryError" not in err, err[-2000:]
