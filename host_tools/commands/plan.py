@@ -36,6 +36,9 @@ def register(subparsers):
     p.add_argument("--profile", required=True, metavar="BASE", help="the board most nodes are")
     p.add_argument("--upgrade", required=True, metavar="P1[,P2...]",
                    help="larger profiles, cheapest first")
+    p.add_argument("--profile-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one setting of the base profile, e.g. max_routes=300, as "
+                        "`sim --profile-set` does (repeatable; give the same to sim)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
     p.add_argument("--draws", type=int, default=2, metavar="K",
                    help="key draws simulated (default %(default)s)")
@@ -63,9 +66,13 @@ def run(args):
         raise UsageError("--upgrade needs at least one profile")
     progress = None if args.quiet else sys.stderr
     try:
+        base_set = PR.parse_profile_set(args.profile_set)
+    except PR.ProfileSpecError as e:
+        raise UsageError(str(e))
+    try:
         topo_path = topofiles.resolve(args.topology) if args.topology is not None else None
         topo = PL.load_topology(topo_path, args.generate, args.seed)
-        ladder = PL.ladder_of(args.profile, upgrades)
+        ladder = PL.ladder_of(args.profile, upgrades, base_set)
         root_prof = PL.root_choice(ladder)
         if progress:
             print("plan: %d nodes, %d links; finding the centre" % (len(topo), len(topo.edges)),
@@ -91,8 +98,8 @@ def run(args):
         _remove(os.path.join(args.out, "profiles.txt"))
         raise NoPlan(e.line)
     source = args.topology or ("generate:%s seed %d" % (args.generate, args.seed))
-    header = ["snakemesh plan: %s, base %s, upgrades %s" % (source, ladder[0].name,
-                                                            ",".join(upgrades)),
+    base_text = ladder[0].name + (" with " + PR.describe_settings(base_set) if base_set else "")
+    header = ["snakemesh plan: %s, base %s, upgrades %s" % (source, base_text, ",".join(upgrades)),
               "root %s: keys put it highest (snakemesh keygen --profile %s on the board)"
               % (root, root_prof.name)]
     with open(os.path.join(args.out, "profiles.txt"), "w", encoding="utf-8", newline="\n") as f:
@@ -100,7 +107,8 @@ def run(args):
     misses = PL.fresh_draw_misses(needs, ladder[0], margin, root)
     plan = {
         "fresh_draw_misses": [len(m) for m in misses],
-        "source": source, "base": ladder[0].name, "upgrades": upgrades, "root": root,
+        "source": source, "base": ladder[0].name, "base_settings": base_set,
+        "upgrades": upgrades, "root": root,
         "root_eccentricity": ecc, "runs": runs, "routes_margin": margin,
         "assignment": assignment, "binding": why,
         "needs": {n: {"routes": nd.routes, "draw_routes": nd.draw_routes, "depth": nd.depth,
@@ -110,7 +118,11 @@ def run(args):
     with open(os.path.join(args.out, "plan.json"), "w", encoding="utf-8", newline="\n") as f:
         json.dump(plan, f, sort_keys=True, indent=1)
         f.write("\n")
-    print(bill(topo, ladder, assignment, why, needs, root, runs, args.out, misses))
+    text = bill(topo, ladder, assignment, why, needs, root, runs, args.out, misses)
+    if base_set:
+        text += ("\n  the base is %s: give sim the same (%s)"
+                 % (base_text, " ".join("--profile-set " + x for x in args.profile_set)))
+    print(text)
     return 0
 
 

@@ -355,9 +355,12 @@ def load_topology(topology=None, generate=None, seed=1):
         raise PlanError(str(e))
 
 
-def ladder_of(base, upgrades):
+def ladder_of(base, upgrades, base_set=None):
+    """[base] + upgrades as Profile objects; base_set: {key: value}
+    overrides of the base (`plan --profile-set`, as `sim --profile-set`
+    applies them to its base)."""
     try:
-        return [PR.load(base)] + [PR.load(u) for u in upgrades]
+        return [PR.with_settings(base, base_set)] + [PR.load(u) for u in upgrades]
     except PR.ProfileSpecError as e:
         raise PlanError(str(e))
 

@@ -195,3 +195,41 @@ def test_tree_agreement_at_the_end_is_per_component_of_the_links_that_came_up():
     whole["e"] = _row("r1/1", True, 1.0)         # e follows the other part's root: not agreed
     run, _pe, _pn, _down = convergence.rollup({-1: whole, 0: dict(whole)}, nodes, [ep], comps, 0.0, 60.0)
     assert run["tree_converged_s"] is None
+
+
+# -- a modified base: plan --profile-set, as sim --profile-set ---------------------------------
+
+def test_plan_takes_base_overrides_as_sim_does(tmp_path, capsys):
+    # a 12-node line with every key's bootstrap walking it: the middle nodes
+    # hold 7-8 routes, the ends 1-3. UNIX holds them all (512); with
+    # max_routes=6 on the base the four middle ones must be upgraded
+    topo = tmp_path / "line.txt"
+    topo.write_text(LINE12)
+    args = ["plan", "--topology", str(topo), "--profile", "UNIX", "--upgrade", "GATEWAY",
+            "--draws", "1", "--duration", "20", "-q"]
+    assert cli.main(args + ["--out", str(tmp_path / "plain")]) == 0
+    m, root = PR.load_profile_map(str(tmp_path / "plain" / "profiles.txt"))
+    assert (m, root) == ({"n05": "GATEWAY"}, "n05")
+    capsys.readouterr()
+    out = tmp_path / "small"
+    assert cli.main(args + ["--out", str(out), "--profile-set", "max_routes=6"]) == 0
+    text = capsys.readouterr().out
+    m, root = PR.load_profile_map(str(out / "profiles.txt"))
+    plan = json.loads((out / "plan.json").read_text())
+    assert root == "n05" and set(m) == {"n03", "n04", "n05", "n06"}, plan["needs"]
+    assert all(plan["needs"][n]["routes"] > 6 for n in ("n03", "n04", "n06"))
+    assert all(plan["needs"][n]["routes"] <= 6 for n in plan["needs"] if n not in m)
+    assert plan["base_settings"] == {"max_routes": 6} and plan["base"] == "UNIX"
+    assert "base UNIX with max_routes=6" in (out / "profiles.txt").read_text()
+    assert "give sim the same (--profile-set max_routes=6)" in text
+    assert "routes binds on UNIX" in text
+    # the same overrides through the shared parser; bad ones in one line
+    assert PR.parse_profile_set(["max_routes=6", "bootstrap_verify=on-change"]) == {
+        "max_routes": 6, "bootstrap_verify": "on-change"}
+    assert PR.with_settings("UNIX", {"max_routes": 6}).max_routes == 6
+    assert PR.with_settings("UNIX", {}).max_routes == load_profile("UNIX").max_routes
+    for bad, rc, msg in ((["--profile-set", "max_routes"], 2, "--profile-set takes KEY=VALUE"),
+                         (["--profile-set", "max_peers=0"], 5, "max_peers must be")):
+        assert cli.main(args + ["--out", str(tmp_path / "bad")] + bad) == rc
+        err = capsys.readouterr().err
+        assert msg in err and len(err.strip().splitlines()) == 1, err
