@@ -233,3 +233,68 @@ def test_plan_takes_base_overrides_as_sim_does(tmp_path, capsys):
         assert cli.main(args + ["--out", str(tmp_path / "bad")] + bad) == rc
         err = capsys.readouterr().err
         assert msg in err and len(err.strip().splitlines()) == 1, err
+
+
+# -- a budget: plan --max-upgrades -------------------------------------------------------------
+
+def _need(*draws):
+    nd = PL.Need()
+    nd.draw_routes = list(draws)
+    nd.routes = max(draws)
+    return nd
+
+
+def test_fresh_need_shrinks_a_nodes_draws_towards_its_distance():
+    needs = {"r": _need(50, 50), "a": _need(200, 0), "b": _need(60, 40), "c": _need(10, 10)}
+    dist = {"r": 0, "a": 1, "b": 1, "c": 2}
+    got = PL.fresh_need(needs, dist, root="r", prior=4)
+    # a and b: mean 100 and 50 at distance 1 (mean 75): (2 x 100 + 4 x 75) / 6, (2 x 50 + 300) / 6
+    assert got == pytest.approx({"a": 500 / 6.0, "b": 400 / 6.0, "c": 10.0})
+    assert "r" not in got
+    # with no prior the mean, not the largest draw: a's 200 in one draw counts half
+    assert PL.fresh_need(needs, dist, root="r", prior=0)["a"] == 100.0
+
+
+def test_fill_spends_the_budget_after_the_required_upgrades():
+    ladder = [load_profile("ESP32_GENERIC"), load_profile("ESP32_SPIRAM"), load_profile("GATEWAY")]
+    cap = ladder[0].max_routes
+    needs = {"root": _need(10), "over": _need(cap + 5), "busy": _need(cap - 1),
+             "near": _need(cap // 2), "far": _need(cap // 2), "idle": _need(1)}
+    dist = {"root": 0, "over": 3, "busy": 3, "near": 1, "far": 5, "idle": 5}
+    asg, why = PL.assign(needs, ladder, "root", ladder[2])
+    assert asg == {"root": "GATEWAY", "over": "ESP32_SPIRAM"}
+    added = PL.fill(asg, why, needs, ladder, 4, dist, "root")
+    assert added == ["busy", "near"]        # near beats far (same draws) by its place
+    assert asg["busy"] == asg["near"] == "ESP32_SPIRAM" and why["near"] == "fresh-draw"
+    assert len(asg) == 4
+    assert PL.fill(asg, why, needs, ladder, 3, dist, "root") == []      # no room: nothing
+
+
+def test_plan_max_upgrades_fills_the_budget(tmp_path, capsys):
+    # the line of the test above with max_routes=6: n03, n04, n06 and the
+    # root n05 are required; a budget of 6 adds n07 (6 routes, 2 hops from
+    # the root) and n02 (5, 3 hops), in that order
+    topo = tmp_path / "line.txt"
+    topo.write_text(LINE12)
+    args = ["plan", "--topology", str(topo), "--profile", "UNIX", "--upgrade", "GATEWAY",
+            "--draws", "1", "--duration", "20", "-q", "--profile-set", "max_routes=6"]
+    out = tmp_path / "b6"
+    assert cli.main(args + ["--out", str(out), "--max-upgrades", "6"]) == 0
+    text = capsys.readouterr().out
+    m, root = PR.load_profile_map(str(out / "profiles.txt"))
+    plan = json.loads((out / "plan.json").read_text())
+    assert set(m) == {"n02", "n03", "n04", "n05", "n06", "n07"}
+    assert plan["filled"] == ["n07", "n02"] and plan["required_upgrades"] == 4
+    assert plan["binding"]["n07"] == "fresh-draw" and plan["max_upgrades"] == 6
+    assert "budget 6: 4 required by the measured needs, 2 more" in text
+    assert "likeliest to overflow UNIX in a fresh draw: n02" in text
+    # a share of the nodes, rounded down; one the needs exceed
+    assert cli.main(args + ["--out", str(tmp_path / "b10"), "--max-upgrades", "10%"]) == 0
+    text = capsys.readouterr().out
+    plan = json.loads((tmp_path / "b10" / "plan.json").read_text())
+    assert plan["max_upgrades"] == 1 and len(plan["assignment"]) == 4 and plan["filled"] == []
+    assert "over budget: the measured needs require 4 upgrades, --max-upgrades allows 1" in text
+    for bad in ("ten", "-1", "120%"):
+        assert cli.main(args + ["--out", str(tmp_path / "bad"), "--max-upgrades", bad]) == 2
+        err = capsys.readouterr().err
+        assert "--max-upgrades takes a count or a share like 10%" in err, err
