@@ -2,7 +2,7 @@
 simulator on fresh key draws (docs/reports/CAPACITY.md "Planning a mesh").
 
     .venv/bin/python bench/plan_accept.py --generate rgg:1000 [--seeds 1,2,3] [--out DIR]
-        [--profile-set max_routes=300] [--draws K] [--routes-margin X]
+        [--profile-set max_routes=300] [--draws K] [--routes-margin X] [--max-upgrades N|P%]
     .venv/bin/python bench/plan_accept.py --generate ba:500:2 --hub-compare
 
 Runs one process at a time (nice them on a shared machine): the plan, then
@@ -49,6 +49,7 @@ def main(argv=None):
     ap.add_argument("--profile-set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a base setting in the plan and in every checking run")
     ap.add_argument("--routes-margin", default=None, help="the plan's --routes-margin")
+    ap.add_argument("--max-upgrades", default=None, help="the plan's --max-upgrades (N or P%%)")
     a = ap.parse_args(argv)
     out = a.out or os.path.join(ROOT, "out", "plan-accept")
     plan_dir = os.path.join(out, "plan")
@@ -56,6 +57,8 @@ def main(argv=None):
     extra = ["--draws", str(a.draws)] if a.draws else []
     if a.routes_margin:
         extra += ["--routes-margin", a.routes_margin]
+    if a.max_upgrades:
+        extra += ["--max-upgrades", a.max_upgrades]
     base_set = [x for item in a.profile_set for x in ("--profile-set", item)]
     p, wall = sh(["plan"] + src + ["--profile", a.profile, "--upgrade", a.upgrade, "--out", plan_dir, "-q"] + extra + base_set)
     if p.returncode != 0:
