@@ -127,6 +127,20 @@ def report(run, profile_map=None):
                     if tt > end - 30:
                         late[name] = late.get(name, 0) + g
         out["refusals_per_10s"] = dict(sorted(per.items()))
+        # the nodes whose descending entry was wrong from half time (when
+        # the pings go) on: how long
+        # (s, at the 250 ms checks) and the last stretch
+        wl = trace.get("snake_wrong") or []
+        wrong_s = collections.Counter()
+        for (t0, names), nxt in zip(wl, wl[1:] + [[end, None]]):
+            a0 = max(t0, end / 2.0)
+            if nxt[0] > a0:
+                for nm in names:
+                    wrong_s[nm] += nxt[0] - a0
+        out["wrong_after_half"] = dict((nm, {"s": round(v, 2), "dist": dist.get(nm),
+                                            "upgraded": nm in mapped})
+                                      for nm, v in wrong_s.most_common())
+        out["wrong_at_end"] = wl[-1][1] if wl else []
         out["refusing_late"] = len(late)
         out["refused_late"] = sum(late.values())
     return out
@@ -178,6 +192,26 @@ def traced_run(a):
             v = (r.counters.drops[D_ROUTE_TABLE_FULL] + sn.routes_refused, sn.evicted_live)
             if v != (0, 0):
                 refusals.setdefault(nd.name, []).append([t, v[0], v[1], sn.routes.count])
+    check0 = harness.Mesh._truth_check
+    wrong_log = []
+
+    def check(self, step, arg):
+        check0(self, step, arg)
+        wrong = []
+        if not self._truth["snake"]:
+            for c in self.components():
+                prev = None
+                for nd in sorted(c, key=lambda x: x.key):
+                    got = report_mod.desc_key(nd.router)
+                    want = prev.key if prev is not None else None
+                    if (bytes(got) if got is not None else None) != want:
+                        wrong.append(nd.name)
+                    prev = nd
+        wrong.sort()
+        if not wrong_log or wrong_log[-1][1] != wrong:
+            wrong_log.append([self.engine.now / float(US_PER_S), wrong])
+    from snake import report as report_mod
+    harness.Mesh._truth_check = check
     harness.Mesh.__init__ = init
     R.Router._traffic = traffic
     harness.Mesh._capacity_read = read
@@ -191,12 +225,13 @@ def traced_run(a):
         harness.Mesh.__init__ = init0
         R.Router._traffic = traffic0
         harness.Mesh._capacity_read = read0
+        harness.Mesh._truth_check = check0
     m = meshes[-1]
     names = dict((id(nd.router), nd.name) for nd in m._nodes)
     for x in drops:
         x["node"] = names.get(x.pop("router"), "?")
     with open(os.path.join(a.out, "trace.json"), "w") as f:
-        json.dump({"drops": drops, "route_refusals": refusals}, f)
+        json.dump({"drops": drops, "route_refusals": refusals, "snake_wrong": wrong_log}, f)
     print(runner.summary_line(dict(s)))
 
 
@@ -235,6 +270,11 @@ def main(argv=None):
     if r.get("refusing_late") is not None:
         print("  boards still refusing routes in the last 30 s: %d (refusals there %d); "
               "refusals per 10 s: %s" % (r["refusing_late"], r["refused_late"], r["refusals_per_10s"]))
+    if r.get("wrong_after_half") is not None:
+        print("  descending entries wrong from half time (the pings) on: %s; at the end: %s" % (
+            ", ".join("%s %.2f s (%s hops%s)" % (nm, v["s"], v["dist"], ", upgraded" if v["upgraded"] else "")
+                      for nm, v in list(r["wrong_after_half"].items())[:10]) or "none",
+            ", ".join(r["wrong_at_end"]) or "none"))
     for x in r["lost"]:
         print("  lost t=%.3f %s -> %s ended at %s (%s hops from root, %d hops of %d shortest) %s%s%s%s"
               % (x["t"], x["src"], x["dst"], x["end"], x["end_dist"], x["hops"], x["shortest"],
