@@ -81,7 +81,7 @@ def report(run, profile_map=None):
         if p["ok"]:
             continue
         end = p["path"][-1] if p["path"] else p["src"]
-        lost.append({"t": p["t"], "src": p["src"], "dst": p["dst"], "end": end,
+        lost.append({"t": p["t"], "src": p["src"], "dst": p["dst"], "end": end, "path": p["path"],
                      "end_dist": dist.get(end), "reason": p["reason"], "hops": len(p["path"]) - 1,
                      "shortest": p["shortest"],
                      "via_refusing": [x for x in p["path"] if x in refusing],
