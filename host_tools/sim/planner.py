@@ -248,8 +248,8 @@ def fresh_draw_misses(needs, base, margin=ROUTES_MARGIN, root=None):
 
 # fresh_need(): a node's mean over the draws counts as this many draws
 # against the mean of the nodes as far from the root. Chosen on rgg:1000
-# (generator seed 1, six draws, every pair of draws predicting each other
-# draw with 99 boards filled): 2 - 12 prior draws leave 6.5 - 7.2 nodes a
+# (generator seed 1, six draws: each pair of draws ranks, each of the other four
+# checks with 99 boards filled): 2 - 12 prior draws leave 6.5 - 7.2 nodes a
 # fresh draw above 250 routes (4: 6.5), the largest measured need 8.5, the
 # mean alone 7.7, the hop distance alone 8.4 (docs/LOG.md 2026-12-06)
 PRIOR_DRAWS = 4
