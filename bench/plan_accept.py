@@ -2,12 +2,13 @@
 simulator on fresh key draws (docs/reports/CAPACITY.md "Planning a mesh").
 
     .venv/bin/python bench/plan_accept.py --generate rgg:1000 [--seeds 1,2,3] [--out DIR]
+        [--profile-set max_routes=300] [--draws K] [--routes-margin X] [--max-upgrades N|P%]
     .venv/bin/python bench/plan_accept.py --generate ba:500:2 --hub-compare
 
 Runs one process at a time (nice them on a shared machine): the plan, then
 for each seed `snakemesh sim --topology DIR/topology.txt --profile BASE
 --profile-map DIR/profiles.txt --seed S` (keys drawn afresh per seed, the
-root placed by the map); with --hub-compare also counts the nodes
+root placed by the map; --profile-set goes to the plan and to every run); with --hub-compare also counts the nodes
 `--hub-profile GATEWAY` would upgrade on the same graph. Prints one JSON
 line per run and a last line with the verdict per target: upgrades <= 10 %
 of the nodes (and fewer than the hub rule), converged within 120 s,
@@ -45,12 +46,21 @@ def main(argv=None):
     ap.add_argument("--pings", type=int, default=100)
     ap.add_argument("--out", default=None)
     ap.add_argument("--hub-compare", action="store_true")
+    ap.add_argument("--profile-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a base setting in the plan and in every checking run")
+    ap.add_argument("--routes-margin", default=None, help="the plan's --routes-margin")
+    ap.add_argument("--max-upgrades", default=None, help="the plan's --max-upgrades (N or P%%)")
     a = ap.parse_args(argv)
     out = a.out or os.path.join(ROOT, "out", "plan-accept")
     plan_dir = os.path.join(out, "plan")
     src = ["--generate", a.generate, "--seed", str(a.seed)] if a.generate else ["--topology", a.topology]
     extra = ["--draws", str(a.draws)] if a.draws else []
-    p, wall = sh(["plan"] + src + ["--profile", a.profile, "--upgrade", a.upgrade, "--out", plan_dir, "-q"] + extra)
+    if a.routes_margin:
+        extra += ["--routes-margin", a.routes_margin]
+    if a.max_upgrades:
+        extra += ["--max-upgrades", a.max_upgrades]
+    base_set = [x for item in a.profile_set for x in ("--profile-set", item)]
+    p, wall = sh(["plan"] + src + ["--profile", a.profile, "--upgrade", a.upgrade, "--out", plan_dir, "-q"] + extra + base_set)
     if p.returncode != 0:
         print(json.dumps({"plan": "failed", "rc": p.returncode, "stderr": p.stderr.strip()[-500:]}))
         return 1
@@ -58,7 +68,7 @@ def main(argv=None):
         plan = json.load(f)
     n = len(plan["needs"])
     upgrades = len(plan["assignment"])
-    row = {"plan": src, "nodes": n, "upgrades": upgrades, "upgraded_share": round(upgrades / float(n), 4),
+    row = {"plan": src + extra + base_set, "nodes": n, "upgrades": upgrades, "upgraded_share": round(upgrades / float(n), 4),
            "wall_s": round(wall, 1)}
     if a.hub_compare:
         from host_tools.sim import topology as T
@@ -73,7 +83,7 @@ def main(argv=None):
         run = os.path.join(out, "sim-%d" % s)
         p, wall = sh(["sim", "--topology", os.path.join(plan_dir, "topology.txt"), "--profile", a.profile,
                       "--profile-map", os.path.join(plan_dir, "profiles.txt"), "--duration", str(a.duration),
-                      "--pings", str(a.pings), "--seed", str(s), "--no-telemetry", "--out", run, "-q"])
+                      "--pings", str(a.pings), "--seed", str(s), "--no-telemetry", "--out", run, "-q"] + base_set)
         if p.returncode != 0:
             print(json.dumps({"seed": s, "sim": "failed", "stderr": p.stderr.strip()[-500:]}))
             ok = False

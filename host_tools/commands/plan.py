@@ -36,6 +36,9 @@ def register(subparsers):
     p.add_argument("--profile", required=True, metavar="BASE", help="the board most nodes are")
     p.add_argument("--upgrade", required=True, metavar="P1[,P2...]",
                    help="larger profiles, cheapest first")
+    p.add_argument("--profile-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one setting of the base profile, e.g. max_routes=300, as "
+                        "`sim --profile-set` does (repeatable; give the same to sim)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
     p.add_argument("--draws", type=int, default=2, metavar="K",
                    help="key draws simulated (default %(default)s)")
@@ -43,6 +46,11 @@ def register(subparsers):
                    help="virtual seconds per draw (default %(default)s)")
     p.add_argument("--routes-margin", type=float, default=None, metavar="X",
                    help="a node's measured route entries times X must fit its table (default 1.0)")
+    p.add_argument("--max-upgrades", default=None, metavar="N|P%",
+                   help="a budget of upgraded boards (the root included), a number or a share "
+                        "of the nodes: what the measured needs leave of it goes to the base "
+                        "boards likeliest to overflow in a fresh key draw (busy in the draws "
+                        "measured, near the root)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
 
@@ -62,10 +70,16 @@ def run(args):
     if not upgrades:
         raise UsageError("--upgrade needs at least one profile")
     progress = None if args.quiet else sys.stderr
+    budget_spec = args.max_upgrades
+    try:
+        base_set = PR.parse_profile_set(args.profile_set)
+    except PR.ProfileSpecError as e:
+        raise UsageError(str(e))
     try:
         topo_path = topofiles.resolve(args.topology) if args.topology is not None else None
         topo = PL.load_topology(topo_path, args.generate, args.seed)
-        ladder = PL.ladder_of(args.profile, upgrades)
+        budget = parse_budget(budget_spec, len(topo))
+        ladder = PL.ladder_of(args.profile, upgrades, base_set)
         root_prof = PL.root_choice(ladder)
         if progress:
             print("plan: %d nodes, %d links; finding the centre" % (len(topo), len(topo.edges)),
@@ -87,12 +101,15 @@ def run(args):
         needs, runs = PL.measure(topo, ladder[0], root, root_prof, args.draws, args.duration,
                                  progress)
         assignment, why = PL.assign(needs, ladder, root, root_prof, margin=margin)
+        required = len(assignment)
+        filled = (PL.fill(assignment, why, needs, ladder, budget, dist, root, margin)
+                  if budget is not None else [])
     except PL.NoAssignment as e:
         _remove(os.path.join(args.out, "profiles.txt"))
         raise NoPlan(e.line)
     source = args.topology or ("generate:%s seed %d" % (args.generate, args.seed))
-    header = ["snakemesh plan: %s, base %s, upgrades %s" % (source, ladder[0].name,
-                                                            ",".join(upgrades)),
+    base_text = ladder[0].name + (" with " + PR.describe_settings(base_set) if base_set else "")
+    header = ["snakemesh plan: %s, base %s, upgrades %s" % (source, base_text, ",".join(upgrades)),
               "root %s: keys put it highest (snakemesh keygen --profile %s on the board)"
               % (root, root_prof.name)]
     with open(os.path.join(args.out, "profiles.txt"), "w", encoding="utf-8", newline="\n") as f:
@@ -100,8 +117,10 @@ def run(args):
     misses = PL.fresh_draw_misses(needs, ladder[0], margin, root)
     plan = {
         "fresh_draw_misses": [len(m) for m in misses],
-        "source": source, "base": ladder[0].name, "upgrades": upgrades, "root": root,
+        "source": source, "base": ladder[0].name, "base_settings": base_set,
+        "upgrades": upgrades, "root": root,
         "root_eccentricity": ecc, "runs": runs, "routes_margin": margin,
+        "max_upgrades": budget, "required_upgrades": required, "filled": filled,
         "assignment": assignment, "binding": why,
         "needs": {n: {"routes": nd.routes, "draw_routes": nd.draw_routes, "depth": nd.depth,
                       "hops": nd.hops,
@@ -110,8 +129,40 @@ def run(args):
     with open(os.path.join(args.out, "plan.json"), "w", encoding="utf-8", newline="\n") as f:
         json.dump(plan, f, sort_keys=True, indent=1)
         f.write("\n")
-    print(bill(topo, ladder, assignment, why, needs, root, runs, args.out, misses))
+    text = bill(topo, ladder, assignment, why, needs, root, runs, args.out, misses)
+    if budget is not None:
+        if required > budget:
+            text += ("\n  over budget: the measured needs require %d upgrades, --max-upgrades "
+                     "allows %d" % (required, budget))
+        else:
+            text += ("\n  budget %d: %d required by the measured needs, %d more on the boards "
+                     "likeliest to overflow in a fresh draw (fresh-draw)"
+                     % (budget, required, len(filled)))
+    if base_set:
+        text += ("\n  the base is %s: give sim the same (%s)"
+                 % (base_text, " ".join("--profile-set " + x for x in args.profile_set)))
+    print(text)
     return 0
+
+
+def parse_budget(spec, nodes):
+    """--max-upgrades: None, a count ("100") or a share of the nodes
+    ("10%", rounded down); UsageError otherwise."""
+    if spec is None:
+        return None
+    text = spec.strip()
+    try:
+        if text.endswith("%"):
+            share = float(text[:-1])
+            if not 0 <= share <= 100:
+                raise ValueError
+            return int(share * nodes / 100.0 + 1e-9)
+        n = int(text)
+        if n < 0:
+            raise ValueError
+        return n
+    except ValueError:
+        raise UsageError("--max-upgrades takes a count or a share like 10%%, got %r" % spec)
 
 
 def _remove(path):
@@ -143,7 +194,11 @@ def bill(topo, ladder, assignment, why, needs, root, runs, out, misses=()):
             ks = by[table]
             shown = ", ".join("%s (%s)" % (k, _need_short(needs[k])) for k in ks[:12])
             more = " and %d more" % (len(ks) - 12) if len(ks) > 12 else ""
-            lines.append("    %s binds on %s: %s%s" % (table, ladder[0].name, shown, more))
+            if table == "fresh-draw":
+                lines.append("    spare budget, likeliest to overflow %s in a fresh draw: %s%s"
+                             % (ladder[0].name, shown, more))
+            else:
+                lines.append("    %s binds on %s: %s%s" % (table, ladder[0].name, shown, more))
     lines.append("  binding table on %s: %s" % (
         ladder[0].name, ", ".join("%s %d" % (t, c) for t, c in
                                   sorted(_count(why.values()).items())) or "none"))

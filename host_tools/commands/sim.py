@@ -8,7 +8,6 @@ Runs the shipped router core of every node on one discrete-event clock and
 writes telemetry.jsonl, topology.txt and truth.json to --out; prints
 progress on stderr and a one-line summary on stdout.
 """
-import json
 import sys
 
 from host_tools.errors import InputError, UsageError
@@ -124,15 +123,11 @@ def run(args):
         raise UsageError("--state-interval and --counters-interval must be > 0")
     if args.hop_limit is not None and not 1 <= args.hop_limit <= 255:
         raise UsageError("--hop-limit must be within 1..255")
-    overrides = {}
-    for item in args.profile_set:
-        k, sep, v = item.partition("=")
-        if not sep or not k:
-            raise UsageError("--profile-set takes KEY=VALUE, got %r" % item)
-        try:
-            overrides[k] = json.loads(v)
-        except ValueError:
-            overrides[k] = v
+    from host_tools.sim import profiles as PR
+    try:
+        overrides = PR.parse_profile_set(args.profile_set)
+    except PR.ProfileSpecError as e:
+        raise UsageError(str(e))
     hub, node_profiles, root = profile_options(args)
     if args.crash_detect_ms == "keepalive":
         crash = None

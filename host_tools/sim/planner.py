@@ -35,6 +35,11 @@ How it finds where the load lands (docs/reports/CAPACITY.md "Planning a mesh"):
    binds only on request, see fits(); ports for every link when its refusals
    cut a node off). A node no profile holds makes the plan fail, naming what
    would.
+5. With a budget (``plan --max-upgrades N``) and room left in it, the
+   plan spends the rest on the base boards most likely to overflow in a
+   fresh key draw (fill()): where the busy relays move with the keys
+   (rgg:1000), the draws measured cannot name a fresh draw's, but a node
+   busy in them and near the root is likelier to be busy again.
 """
 import collections
 import time
@@ -241,6 +246,64 @@ def fresh_draw_misses(needs, base, margin=ROUTES_MARGIN, root=None):
     return out
 
 
+# fresh_need(): a node's mean over the draws counts as this many draws
+# against the mean of the nodes as far from the root. Chosen on rgg:1000
+# (generator seed 1, six draws: each pair of draws ranks, each of the other four
+# checks with 99 boards filled): 2 - 12 prior draws leave 6.5 - 7.2 nodes a
+# fresh draw above 250 routes (4: 6.5), the largest measured need 8.5, the
+# mean alone 7.7, the hop distance alone 8.4 (docs/LOG.md 2026-12-06)
+PRIOR_DRAWS = 4
+
+
+def fresh_need(needs, dist, root=None, prior=PRIOR_DRAWS):
+    """{node: the routes it is expected to need in a fresh key draw}: its
+    mean over the measured draws (Need.draw_routes), shrunk towards the
+    mean of every node at its hop distance from the root (dist) with the
+    weight of `prior` draws. The load near the root is large and moves the
+    most between draws (docs/reports/CAPACITY.md "Planning a mesh"), so a
+    node's own draws say less than their largest value suggests and its
+    place says something. The root is left out."""
+    by = {}
+    mean = {}
+    for name, nd in needs.items():
+        if name == root:
+            continue
+        r = nd.draw_routes or [nd.routes]
+        mean[name] = sum(r) / float(len(r))
+        by.setdefault(dist.get(name), []).append(mean[name])
+    mu = dict((d, sum(v) / len(v)) for d, v in by.items())
+    out = {}
+    for name, m in mean.items():
+        k = len(needs[name].draw_routes) or 1
+        out[name] = (k * m + prior * mu[dist.get(name)]) / float(k + prior)
+    return out
+
+
+def fill(assignment, why, needs, ladder, budget, dist, root=None, margin=ROUTES_MARGIN):
+    """Spend what `budget` (most upgraded boards) leaves after the nodes
+    the measurement requires on the base boards with the largest
+    fresh_need(): each gets the first upgrade that holds its measured need
+    (why: "fresh-draw"). Returns the nodes added, most likely first; none
+    when the required ones fill the budget already (then the plan is over
+    it: the caller says so)."""
+    room = budget - len(assignment)
+    if room <= 0:
+        return []
+    score = fresh_need(needs, dist, root)
+    cand = sorted((n for n in score if n not in assignment), key=lambda n: (-score[n], n))
+    added = []
+    for name in cand:
+        if len(added) >= room:
+            break
+        for prof in ladder[1:]:
+            if fits(prof, needs[name], margin) is None:
+                assignment[name] = prof.name
+                why[name] = "fresh-draw"
+                added.append(name)
+                break
+    return added
+
+
 def live_routes(snake, now):
     """Route entries refreshed within snek.ROUTE_STALE_MS: the paths
     bootstraps take through the node now. An older entry's bootstrap took
@@ -355,9 +418,12 @@ def load_topology(topology=None, generate=None, seed=1):
         raise PlanError(str(e))
 
 
-def ladder_of(base, upgrades):
+def ladder_of(base, upgrades, base_set=None):
+    """[base] + upgrades as Profile objects; base_set: {key: value}
+    overrides of the base (`plan --profile-set`, as `sim --profile-set`
+    applies them to its base)."""
     try:
-        return [PR.load(base)] + [PR.load(u) for u in upgrades]
+        return [PR.with_settings(base, base_set)] + [PR.load(u) for u in upgrades]
     except PR.ProfileSpecError as e:
         raise PlanError(str(e))
 

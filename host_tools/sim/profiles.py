@@ -64,6 +64,48 @@ def load(spec):
         raise ProfileSpecError(msg)
 
 
+def parse_profile_set(items, option="--profile-set"):
+    """{key: value} from ["KEY=VALUE", ...] (the CLI's repeatable
+    --profile-set of `sim` and `plan`): VALUE is JSON, else a plain string.
+    ProfileSpecError on a malformed item."""
+    import json
+    out = {}
+    for item in items or ():
+        k, sep, v = item.partition("=")
+        k = k.strip()
+        if not sep or not k:
+            raise ProfileSpecError("%s takes KEY=VALUE, got %r" % (option, item))
+        try:
+            out[k] = json.loads(v)
+        except ValueError:
+            out[k] = v
+    return out
+
+
+def with_settings(prof, overrides):
+    """The profile (a spec or Profile) with {key: value} overrides applied
+    (checked as a profile: ProfileSpecError with one line); the profile
+    itself when there are none."""
+    from snake.profile import Profile, ProfileError
+    prof = load(prof)
+    if not overrides:
+        return prof
+    d = prof.as_dict()
+    d.update(overrides)
+    try:
+        return Profile(d)
+    except ProfileError as e:
+        raise ProfileSpecError("profile %s with %s: %s" % (
+            prof.name, ", ".join("%s=%s" % kv for kv in sorted(overrides.items())), e))
+
+
+def describe_settings(overrides):
+    """'max_routes=300, route_hints=0' (sorted), '' for none."""
+    import json
+    return ", ".join("%s=%s" % (k, json.dumps(v) if not isinstance(v, str) else v)
+                     for k, v in sorted((overrides or {}).items()))
+
+
 def parse_node_profiles(items):
     """{"name": "PROFILE"} from ["NAME=PROFILE", ...] (the CLI's repeatable
     --node-profile); ProfileSpecError on a malformed item or a node named

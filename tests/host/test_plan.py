@@ -195,3 +195,106 @@ def test_tree_agreement_at_the_end_is_per_component_of_the_links_that_came_up():
     whole["e"] = _row("r1/1", True, 1.0)         # e follows the other part's root: not agreed
     run, _pe, _pn, _down = convergence.rollup({-1: whole, 0: dict(whole)}, nodes, [ep], comps, 0.0, 60.0)
     assert run["tree_converged_s"] is None
+
+
+# -- a modified base: plan --profile-set, as sim --profile-set ---------------------------------
+
+def test_plan_takes_base_overrides_as_sim_does(tmp_path, capsys):
+    # a 12-node line with every key's bootstrap walking it: the middle nodes
+    # hold 7-8 routes, the ends 1-3. UNIX holds them all (512); with
+    # max_routes=6 on the base the four middle ones must be upgraded
+    topo = tmp_path / "line.txt"
+    topo.write_text(LINE12)
+    args = ["plan", "--topology", str(topo), "--profile", "UNIX", "--upgrade", "GATEWAY",
+            "--draws", "1", "--duration", "20", "-q"]
+    assert cli.main(args + ["--out", str(tmp_path / "plain")]) == 0
+    m, root = PR.load_profile_map(str(tmp_path / "plain" / "profiles.txt"))
+    assert (m, root) == ({"n05": "GATEWAY"}, "n05")
+    capsys.readouterr()
+    out = tmp_path / "small"
+    assert cli.main(args + ["--out", str(out), "--profile-set", "max_routes=6"]) == 0
+    text = capsys.readouterr().out
+    m, root = PR.load_profile_map(str(out / "profiles.txt"))
+    plan = json.loads((out / "plan.json").read_text())
+    assert root == "n05" and set(m) == {"n03", "n04", "n05", "n06"}, plan["needs"]
+    assert all(plan["needs"][n]["routes"] > 6 for n in ("n03", "n04", "n06"))
+    assert all(plan["needs"][n]["routes"] <= 6 for n in plan["needs"] if n not in m)
+    assert plan["base_settings"] == {"max_routes": 6} and plan["base"] == "UNIX"
+    assert "base UNIX with max_routes=6" in (out / "profiles.txt").read_text()
+    assert "give sim the same (--profile-set max_routes=6)" in text
+    assert "routes binds on UNIX" in text
+    # the same overrides through the shared parser; bad ones in one line
+    assert PR.parse_profile_set(["max_routes=6", "bootstrap_verify=on-change"]) == {
+        "max_routes": 6, "bootstrap_verify": "on-change"}
+    assert PR.with_settings("UNIX", {"max_routes": 6}).max_routes == 6
+    assert PR.with_settings("UNIX", {}).max_routes == load_profile("UNIX").max_routes
+    for bad, rc, msg in ((["--profile-set", "max_routes"], 2, "--profile-set takes KEY=VALUE"),
+                         (["--profile-set", "max_peers=0"], 5, "max_peers must be")):
+        assert cli.main(args + ["--out", str(tmp_path / "bad")] + bad) == rc
+        err = capsys.readouterr().err
+        assert msg in err and len(err.strip().splitlines()) == 1, err
+
+
+# -- a budget: plan --max-upgrades -------------------------------------------------------------
+
+def _need(*draws):
+    nd = PL.Need()
+    nd.draw_routes = list(draws)
+    nd.routes = max(draws)
+    return nd
+
+
+def test_fresh_need_shrinks_a_nodes_draws_towards_its_distance():
+    needs = {"r": _need(50, 50), "a": _need(200, 0), "b": _need(60, 40), "c": _need(10, 10)}
+    dist = {"r": 0, "a": 1, "b": 1, "c": 2}
+    got = PL.fresh_need(needs, dist, root="r", prior=4)
+    # a and b: mean 100 and 50 at distance 1 (mean 75): (2 x 100 + 4 x 75) / 6, (2 x 50 + 300) / 6
+    assert got == pytest.approx({"a": 500 / 6.0, "b": 400 / 6.0, "c": 10.0})
+    assert "r" not in got
+    # with no prior the mean, not the largest draw: a's 200 in one draw counts half
+    assert PL.fresh_need(needs, dist, root="r", prior=0)["a"] == 100.0
+
+
+def test_fill_spends_the_budget_after_the_required_upgrades():
+    ladder = [load_profile("ESP32_GENERIC"), load_profile("ESP32_SPIRAM"), load_profile("GATEWAY")]
+    cap = ladder[0].max_routes
+    needs = {"root": _need(10), "over": _need(cap + 5), "busy": _need(cap - 1),
+             "near": _need(cap // 2), "far": _need(cap // 2), "idle": _need(1)}
+    dist = {"root": 0, "over": 3, "busy": 3, "near": 1, "far": 5, "idle": 5}
+    asg, why = PL.assign(needs, ladder, "root", ladder[2])
+    assert asg == {"root": "GATEWAY", "over": "ESP32_SPIRAM"}
+    added = PL.fill(asg, why, needs, ladder, 4, dist, "root")
+    assert added == ["busy", "near"]        # near beats far (same draws) by its place
+    assert asg["busy"] == asg["near"] == "ESP32_SPIRAM" and why["near"] == "fresh-draw"
+    assert len(asg) == 4
+    assert PL.fill(asg, why, needs, ladder, 3, dist, "root") == []      # no room: nothing
+
+
+def test_plan_max_upgrades_fills_the_budget(tmp_path, capsys):
+    # the line of the test above with max_routes=6: n03, n04, n06 and the
+    # root n05 are required; a budget of 6 adds n07 (6 routes, 2 hops from
+    # the root) and n02 (5, 3 hops), in that order
+    topo = tmp_path / "line.txt"
+    topo.write_text(LINE12)
+    args = ["plan", "--topology", str(topo), "--profile", "UNIX", "--upgrade", "GATEWAY",
+            "--draws", "1", "--duration", "20", "-q", "--profile-set", "max_routes=6"]
+    out = tmp_path / "b6"
+    assert cli.main(args + ["--out", str(out), "--max-upgrades", "6"]) == 0
+    text = capsys.readouterr().out
+    m, root = PR.load_profile_map(str(out / "profiles.txt"))
+    plan = json.loads((out / "plan.json").read_text())
+    assert set(m) == {"n02", "n03", "n04", "n05", "n06", "n07"}
+    assert plan["filled"] == ["n07", "n02"] and plan["required_upgrades"] == 4
+    assert plan["binding"]["n07"] == "fresh-draw" and plan["max_upgrades"] == 6
+    assert "budget 6: 4 required by the measured needs, 2 more" in text
+    assert "likeliest to overflow UNIX in a fresh draw: n02" in text
+    # a share of the nodes, rounded down; one the needs exceed
+    assert cli.main(args + ["--out", str(tmp_path / "b10"), "--max-upgrades", "10%"]) == 0
+    text = capsys.readouterr().out
+    plan = json.loads((tmp_path / "b10" / "plan.json").read_text())
+    assert plan["max_upgrades"] == 1 and len(plan["assignment"]) == 4 and plan["filled"] == []
+    assert "over budget: the measured needs require 4 upgrades, --max-upgrades allows 1" in text
+    for bad in ("ten", "-1", "120%"):
+        assert cli.main(args + ["--out", str(tmp_path / "bad"), "--max-upgrades", bad]) == 2
+        err = capsys.readouterr().err
+        assert "--max-upgrades takes a count or a share like 10%" in err, err
