@@ -10,7 +10,6 @@
 # .mpy its bytecode would otherwise stay in the heap for as long as the
 # node runs (docs/reports/MEMORY.md).
 from snake import platform
-from snake.platform import ticks_diff
 from snake.telemetry import LINK_NAMES, BYTES_CARRY, D_ROUTE_TABLE_FULL, D_TOO_DEEP, D_WAKEUP_BUDGET
 from snake.wire import TYPE_NAMES
 
@@ -155,14 +154,14 @@ def routes(r, now):
     out = []
     i = 0
     while i < t.capacity:
-        if t.used[i]:
+        if t.used(i):
             key = platform.hexstr(t.key(i))
             root, root_seq = s.route_root(i)
             out.append({
                 "key": key, "src_port": s.r_src[i], "dst_port": s.r_dst[i],
                 "root": platform.hexstr(root), "root_seq": root_seq,
                 "wm_key": key, "wm_seq": s.seq(i),
-                "age_ms": ticks_diff(now, s.r_last[i]),
+                "age_ms": s.age(i, now),
             })
         i += 1
     return out

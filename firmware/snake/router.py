@@ -544,13 +544,16 @@ class Router:
 
     def _cc_victim(self, table):
         # the oldest entry (an expired one is always among the oldest)
+        # (of equal ages the lowest slot)
         best = -1
-        i = 0
-        while i < table.capacity:
-            if table.used[i]:
-                if best < 0 or ticks_diff(self.cc_time[best], self.cc_time[i]) > 0:
-                    best = i
-            i += 1
+        order = table.order
+        pos = 0
+        while pos < table.count:
+            i = order[pos]
+            if best < 0 or ticks_diff(self.cc_time[best], self.cc_time[i]) > 0 \
+                    or (i < best and self.cc_time[best] == self.cc_time[i]):
+                best = i
+            pos += 1
         return best
 
     def send(self, dst, payload, now, hop_limit=0, body=None):
@@ -787,12 +790,16 @@ class Router:
         return key_cmp(sn.nh_key, sn.nh_koff, k, 0) >= 0
 
     def _wf_victim(self, table):
+        # the oldest (of equal ages the lowest slot)
         best = -1
-        i = 0
-        while i < table.capacity:
-            if table.used[i] and (best < 0 or ticks_diff(self.wf_time[best], self.wf_time[i]) > 0):
+        order = table.order
+        pos = 0
+        while pos < table.count:
+            i = order[pos]
+            if best < 0 or ticks_diff(self.wf_time[best], self.wf_time[i]) > 0 \
+                    or (i < best and self.wf_time[best] == self.wf_time[i]):
                 best = i
-            i += 1
+            pos += 1
         return best
 
     # ---- timers -----------------------------------------------------------
@@ -816,8 +823,7 @@ class Router:
             p += 1
         sn = self.snake
         if ticks_diff(now, sn.last_maintain) >= MAINTAIN_INTERVAL_MS:
-            sn.last_maintain = now
-            sn.maintain(now)
+            sn.maintain(now)            # (sets sn.last_maintain)
         since = ticks_diff(now, sn.last_bootstrap)
         ramp = self.bs_ramp
         steps = self.bs_ramp_ms

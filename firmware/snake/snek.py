@@ -36,8 +36,24 @@ def worse(akey, aseq, bkey, bseq):
     return False
 
 
-SEQ_LIMIT = 1 << 61              # bootstrap sequences stored as two 30/31-bit halves
+# Bootstrap (and wakeup) sequences are the originator's Unix ms (~2**40.7
+# today; a board without a clock counts from 2000: ~2**39.8). A route keeps
+# its sequence in 46 bits, a 16-bit high and a 30-bit low part (6 bytes,
+# and reading them allocates nothing: a small int is 31 bits on a 32-bit
+# port). A sequence at or above 2**46 ms (the year 4199) is no real one:
+# the frame is dropped and counted as malformed (drops `malformed`).
+SEQ_LIMIT = 1 << 46
 _LO = 0x3FFFFFFF
+# A route's refresh time is the ticks' low 16 bits (2 bytes an entry, not
+# 4): its age is the 16-bit difference, read as signed, so it is exact
+# while the age lies within +-32.7 s. The sweep (expire()) removes every
+# route 10 s old at least once a second, and runs before a route is read
+# or written whenever the last one is ROUTE_EXPIRY_MS old (a node that
+# stalled, or one whose tick stopped), so no entry gets older than that
+# between sweeps: see expire().
+_AGE_HALF = const(0x8000)
+_AGE_MASK = const(0xFFFF)
+_AGE_UNSURE_MS = const(22768)   # 32768 - ROUTE_EXPIRY_MS: a sweep this late cannot tell ages
 _NO_ROOT = const(255)                    # r_root value: installed under a root no longer known
 _ROOT_RING = const(4)
 
@@ -47,11 +63,11 @@ class Snake:
         self.r = router
         cap = profile.max_routes
         # Route entries: key in the sorted table, fields in flat arrays by
-        # slot (~50 bytes an entry on a 32-bit board, nothing boxed).
+        # slot (45 bytes an entry on a 32-bit board, nothing boxed).
         self.routes = Table(cap, victim=self._victim, on_evict=self._on_evict)
         self.r_src = bytearray(cap)     # port the bootstrap came from
         self.r_dst = bytearray(cap)     # port we forwarded it to (0: dead end)
-        self.r_last = array("i", [0] * cap)   # ticks when last refreshed (< 2**30)
+        self.r_last = array("H", bytearray(2 * cap))   # ticks & 0xFFFF when last refreshed (age())
         # root (key, sequence) the route was installed under, as an index
         # into a small ring of recent roots (exact: equal index <=> equal
         # root key and root sequence); _NO_ROOT once that ring slot is reused
@@ -59,11 +75,12 @@ class Snake:
         self.ring_key = [b""] * _ROOT_RING
         self.ring_seq = [0] * _ROOT_RING
         self.ring_next = 0
-        # bootstrap sequence = watermark sequence, as (hi, lo) halves: a
-        # Unix-ms sequence is a boxed 32-byte long int on a 32-bit board,
-        # two array items are 8 bytes and reading them allocates nothing
-        self.r_seq_hi = array("i", [0] * cap)
-        self.r_seq_lo = array("i", [0] * cap)
+        # bootstrap sequence = watermark sequence, as seq >> 30 (16 bits)
+        # and seq & (2**30 - 1): a Unix-ms sequence is a boxed 32-byte long
+        # int on a 32-bit board, two array items are 6 bytes and reading
+        # them allocates nothing (SEQ_LIMIT)
+        self.r_seq_hi = array("H", bytearray(2 * cap))
+        self.r_seq_lo = array("i", bytearray(4 * cap))
         # Route hints (a snakemesh overload policy, docs/reports/CAPACITY.md): for
         # a key the full table has no room for, 9 bytes instead of ~50: the
         # first 4 key bytes, the port its bootstrap came from, when. Direct-
@@ -111,8 +128,14 @@ class Snake:
         return (self.r_seq_hi[slot] << 30) | self.r_seq_lo[slot]
 
     def _set_seq(self, slot, v):
+        # v < SEQ_LIMIT (checked where a frame's sequence comes in)
         self.r_seq_hi[slot] = v >> 30
         self.r_seq_lo[slot] = v & _LO
+
+    def age(self, slot, now):
+        """ms since the route in `slot` was last refreshed (exact within
+        +-32.7 s, which expire() keeps every entry within)."""
+        return ((now - self.r_last[slot] + _AGE_HALF) & _AGE_MASK) - _AGE_HALF
 
     def _seq_lt(self, slot, v):
         """route slot's sequence < v (v an int), without building the
@@ -151,9 +174,11 @@ class Snake:
         return self.ring_key[i], self.ring_seq[i]
 
     def set_route(self, slot, src, dst, now, root, root_seq, seq):
+        if ticks_diff(now, self.last_maintain) >= ROUTE_EXPIRY_MS:
+            self.expire(now)
         self.r_src[slot] = src
         self.r_dst[slot] = dst
-        self.r_last[slot] = now
+        self.r_last[slot] = now & _AGE_MASK
         self.r_root[slot] = self.root_index(root, root_seq)
         self._set_seq(slot, seq)
 
@@ -255,16 +280,18 @@ class Snake:
         t = self.routes
         now = self.now
         last = self.r_last
+        order = t.order
         best = -1
         age = ROUTE_STALE_MS - 1
-        i = 0
-        while i < t.capacity:
-            if t.used[i]:
-                a = ticks_diff(now, last[i])
-                if a > age:
-                    age = a
-                    best = i
-            i += 1
+        pos = t.count
+        while pos > 0:
+            pos -= 1
+            i = order[pos]
+            a = ((now - last[i] + _AGE_HALF) & _AGE_MASK) - _AGE_HALF
+            # of equal ages the lowest slot, as a walk over the slots takes it
+            if a > age or (a == age and i < best):
+                age = a
+                best = i
         return best
 
     def _distance(self, key):
@@ -287,8 +314,9 @@ class Snake:
 
     def _on_evict(self, slot):
         # a live entry evicted for room lives on as a hint
-        if ticks_diff(self.now, self.r_last[slot]) < ROUTE_EXPIRY_MS:
-            self.set_hint(self.routes.keys, slot << 5, self.r_src[slot], self.r_last[slot])
+        a = self.age(slot, self.now)
+        if a < ROUTE_EXPIRY_MS:
+            self.set_hint(self.routes.keys, slot << 5, self.r_src[slot], self.now - a)
 
     # ---- next hop ------------------------------------------------------------
     def next_hop(self, dst, bootstrap, wm_key, wm_seq, now):
@@ -304,6 +332,8 @@ class Snake:
         scan in any order is: an exact match if one qualifies, else the
         smallest qualifying key between destination and best key)."""
         r = self.r
+        if ticks_diff(now, self.last_maintain) >= ROUTE_EXPIRY_MS:
+            self.expire(now)            # route ages must be exact (expire())
         tree = r.tree
         own = r.key
         ports = r.up
@@ -426,7 +456,7 @@ class Snake:
                 pos += 1
                 if src[s] == 0:
                     continue
-                age = ticks_diff(now, last[s])
+                age = ((now - last[s] + _AGE_HALF) & _AGE_MASK) - _AGE_HALF
                 if age >= ROUTE_EXPIRY_MS:
                     continue
                 if w == 0:
@@ -500,10 +530,12 @@ class Snake:
         tree = r.tree
         self.now = now
         if f.seq >= SEQ_LIMIT:
-            # a sequence beyond 2**61 ms (70 million years of Unix time)
-            # cannot be stored in the route's two halves: not a real one
+            # a sequence at or beyond 2**46 ms (Unix time in the year 4199)
+            # does not fit the route's 46 bits: not a real one
             c.drops[D_MALFORMED] += 1
             return -1
+        if ticks_diff(now, self.last_maintain) >= ROUTE_EXPIRY_MS:
+            self.expire(now)            # before a slot is looked up (expire())
         copy_into(self.k_dst, 0, buf, f.dst_off, 32)
         bkey = self.k_dst
         # cheap checks before the signature: root must match ours
@@ -595,7 +627,7 @@ class Snake:
         if slot >= 0:
             self.r_src[slot] = port
             self.r_dst[slot] = nh
-            self.r_last[slot] = now
+            self.r_last[slot] = now & _AGE_MASK
             self.r_root[slot] = rix
             # PROTOCOL_NOTES.md difference 3: the route's watermark is
             # (bootstrapping key, bootstrap sequence): the entry's sequence
@@ -660,6 +692,8 @@ class Snake:
 
     # ---- maintenance ----------------------------------------------------
     def maintain(self, now):
+        """Once a second (Router.tick): the descending entry's and the
+        routes' expiry."""
         tree = self.r.tree
         if self.desc_valid:
             if ticks_diff(now, self.desc_last) >= DESC_EXPIRY_MS:
@@ -670,20 +704,46 @@ class Snake:
                 self.desc_valid = False
                 self.r.snake_changed()
                 self.r.event("desc_changed", None)
+        self.expire(now)
+
+    def expire(self, now):
+        """Remove the routes not refreshed for ROUTE_EXPIRY_MS. A route's
+        refresh time is 16 bits of ticks (age()), so this sweep also keeps
+        every age readable: it runs every second from Router.tick, and
+        before a route is looked up or written (next_hop, handle_bootstrap,
+        set_route) whenever the last sweep is ROUTE_EXPIRY_MS old. So a
+        route is refreshed less than ROUTE_EXPIRY_MS after a sweep, and
+        at the next sweep, `gap` later, it is less than gap + 10 s old:
+        exact within 32.7 s. A sweep later than _AGE_UNSURE_MS (a node
+        that stalled that long) cannot read ages, and needs not: every
+        route is then at least gap - ROUTE_EXPIRY_MS > 10 s old, expired,
+        and all go (counted in routes.changes as a change)."""
+        gap = ticks_diff(now, self.last_maintain)
+        self.last_maintain = now
         t = self.routes
-        i = 0
-        while i < t.capacity:
-            if t.used[i] and ticks_diff(now, self.r_last[i]) >= ROUTE_EXPIRY_MS:
-                t.remove(i)
-            i += 1
+        if gap >= _AGE_UNSURE_MS or gap < 0:
+            if t.count:
+                t.clear()
+                t.changes += 1
+            return
+        order = t.order
+        last = self.r_last
+        pos = t.count
+        while pos > 0:
+            pos -= 1
+            s = order[pos]
+            if ((now - last[s] + _AGE_HALF) & _AGE_MASK) - _AGE_HALF >= ROUTE_EXPIRY_MS:
+                t.remove(s)
 
     def port_down(self, port):
         t = self.routes
-        i = 0
-        while i < t.capacity:
-            if t.used[i] and (self.r_src[i] == port or self.r_dst[i] == port):
-                t.remove(i)
-            i += 1
+        order = t.order
+        pos = t.count
+        while pos > 0:
+            pos -= 1
+            s = order[pos]
+            if self.r_src[s] == port or self.r_dst[s] == port:
+                t.remove(s)
         if self.desc_valid and self.desc_port == port:
             self.desc_valid = False
             self.r.snake_changed()

@@ -7,11 +7,15 @@
 # nothing on MicroPython. Keys are compared in place with key_cmp (bytes
 # of a flat buffer at an offset, no slicing).
 #
-# Table: keyed entries (32-byte keys) with a sorted index. `order[0:count]`
-# holds the used slots in ascending key order, so an exact lookup and "the
-# smallest key above K" (what SNEK next-hop selection asks) are binary
-# searches, O(log n) key comparisons, whatever the capacity. Owners keep
-# their per-entry fields in parallel preallocated arrays indexed by slot.
+# Table: keyed entries (32-byte keys) with a sorted index. `order` holds
+# every slot once: order[0:count] the used slots in ascending key order, so
+# an exact lookup and "the smallest key above K" (what SNEK next-hop
+# selection asks) are binary searches, O(log n) key comparisons, whatever
+# the capacity; order[count:] the free ones, so a free slot is order[count]
+# and no per-slot "used" flag is kept (a byte an entry: 320 B of a plain
+# ESP32's 320 routes). Owners keep their per-entry fields in parallel
+# preallocated arrays indexed by slot, and walk the used slots as
+# order[0:count].
 #
 # When the table is full, insert() asks the owner's `victim(table)` hook for
 # the slot to evict (the owner knows which entry matters least), calls
@@ -35,8 +39,8 @@ class Table:
         self.capacity = capacity
         self.keylen = 32
         self.keys = bytearray(32 * capacity)      # slot i: keys[32*i:32*i+32]
-        self.used = bytearray(capacity)
-        self.order = array("H", [0] * capacity)   # used slots, ascending keys
+        # used slots in ascending key order, then the free slots
+        self.order = array("H", range(capacity))
         self.count = 0
         self.evictions = 0
         self.changes = 0      # keys added or removed (watched by the timing policy)
@@ -61,26 +65,23 @@ class Table:
         """Slot holding `key` (bytes/bytearray of 32), or -1."""
         return self.find_at(key, 0)
 
+    def used(self, slot):
+        """Slot holds an entry (its key's place in the sorted index is it:
+        keys are unique among the used slots; a free slot keeps the bytes
+        of the key it last held). O(log n)."""
+        pos = self.lower(self.keys, slot << 5)
+        return pos < self.count and self.order[pos] == slot
+
     def key(self, slot):
         """The key of a slot as bytes (introspection; allocates)."""
         o = slot << 5
         return bytes(self.keys[o:o + 32])
 
     # ---- changes --------------------------------------------------------------
-    def _free_slot(self):
-        used = self.used
-        i = 0
-        n = self.capacity
-        while i < n:
-            if not used[i]:
-                return i
-            i += 1
-        return -1
-
     def _unlink(self, slot):
-        # remove `slot` from the sorted index (keys are unique here)
+        # remove `slot` from the sorted index (keys are unique here); it
+        # becomes the first free slot
         self.count = order_remove(self.keys, self.order, self.count, slot)
-        self.used[slot] = 0
 
     def insert_at(self, buf, off):
         """Slot for the key buf[off:off+32]: the existing one, a free one,
@@ -89,22 +90,23 @@ class Table:
         order = self.order
         if pos < self.count and key_cmp(self.keys, order[pos] << 5, buf, off) == 0:
             return order[pos]
-        slot = self._free_slot()
-        if slot < 0:
+        if self.count < self.capacity:
+            slot = order[self.count]
+        else:
             if self.victim is None:
                 return -1
             slot = self.victim(self)
-            if slot < 0 or not self.used[slot]:
+            if slot < 0 or not self.used(slot):
                 return -1
             if self.on_evict is not None:
                 self.on_evict(slot)
-            self._unlink(slot)
+            self._unlink(slot)          # now order[count]
             self.evictions += 1
             pos = self.lower(buf, off)
         copy_into(self.keys, slot << 5, buf, off, 32)
+        # order[count] (the slot taken) is overwritten by the shift
         _order_put(order, self.count, pos, slot)
         self.count += 1
-        self.used[slot] = 1
         self.changes += 1
         return slot
 
@@ -112,15 +114,12 @@ class Table:
         return self.insert_at(key, 0)
 
     def remove(self, slot):
-        if self.used[slot]:
+        if self.used(slot):
             self._unlink(slot)
             self.changes += 1
 
     def clear(self):
-        i = 0
-        while i < self.capacity:
-            self.used[i] = 0
-            i += 1
+        # order stays a permutation of the slots: all of them free
         self.count = 0
 
 
@@ -286,7 +285,8 @@ def _order_put(order, n, pos, slot):
 
 def order_remove(keys, order, n, slot):
     """Take slot out of order[0:n] (among equal keys: the one that is
-    slot); returns n - 1."""
+    slot) and put it at order[n - 1] (a Table's first free slot); returns
+    n - 1."""
     pos = lower_bound(keys, order, n, keys, slot << 5)
     while order[pos] != slot:
         pos += 1
@@ -294,6 +294,7 @@ def order_remove(keys, order, n, slot):
     while pos < n:
         order[pos] = order[pos + 1]
         pos += 1
+    order[n] = slot
     return n
 
 

@@ -310,13 +310,11 @@ def live_routes(snake, now):
     another path (bootstrap paths move), and a full table evicts such an
     entry first (snek.Snake._victim), so it needs no room of its own."""
     from snake.snek import ROUTE_STALE_MS
-    from snake.platform import ticks_diff
     t = snake.routes
-    last = snake.r_last
     order = t.order
     n = 0
     for i in range(t.count):
-        if ticks_diff(now, last[order[i]]) < ROUTE_STALE_MS:
+        if snake.age(order[i], now) < ROUTE_STALE_MS:
             n += 1
     return n
 

@@ -515,22 +515,15 @@ class Rig:
         r = self.r
         tables = (("routes", r.snake.routes), ("coords", r.ccache), ("wakeups", r.wakeups))
         for name, t in tables:
-            used = 0
+            assert t.count <= t.capacity, (name, t.count, t.capacity)
+            # the index holds every slot once: the used ones in key order,
+            # then the free ones
+            assert sorted(t.order) == list(range(t.capacity)), (name, "order", list(t.order))
             j = 0
             while j < t.capacity:
-                if t.used[j]:
-                    used += 1
-                j += 1
-            assert t.count <= t.capacity, (name, t.count, t.capacity)
-            assert t.count == used, (name, t.count, used)
-            # the sorted index holds exactly the used slots, in key order
-            seen = {}
-            j = 0
-            while j < t.count:
                 s = t.order[j]
-                assert t.used[s] and s not in seen, (name, "order", j, s)
-                seen[s] = 1
-                if j:
+                assert t.used(s) == (j < t.count), (name, "used", j, s)
+                if 0 < j < t.count:
                     assert t.key(t.order[j - 1]) < t.key(s), (name, "unsorted", j)
                 j += 1
         assert 0 <= r.sigcache.count <= r.sigcache.capacity
@@ -568,7 +561,7 @@ class Rig:
             assert r.up[sn.desc_port], ("descending entry on a down port", sn.desc_port)
         j = 0
         while j < sn.routes.capacity:
-            if sn.routes.used[j]:
+            if sn.routes.used(j):
                 assert r.up[sn.r_src[j]], ("route from a down port", sn.r_src[j])
                 assert sn.r_dst[j] == 0 or r.up[sn.r_dst[j]], ("route to a down port", sn.r_dst[j])
             j += 1

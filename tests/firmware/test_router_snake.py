@@ -2,6 +2,7 @@
 # next-hop steps 1-7 with watermarks, bootstrap handling, descending updates,
 # maintenance, origination, verification policy.
 from snake import wire
+from snake.platform import ticks_diff
 from snake.crypto import verify
 from snake.telemetry import (D_BOOTSTRAP_ROOT, D_BOOTSTRAP_REPLAY, D_BAD_SIGNATURE, D_LOOP,
                              D_WATERMARK, D_ROUTE_TABLE_FULL)
@@ -341,6 +342,97 @@ def test_bootstrap_sequence_replay_check():
     rx_bootstrap(n, 2, 2, 1001, t=40)
     s = n.r.snake
     assert s.seq(s.routes.find(pub(2))) == 1001 and s.desc_last == 40
+
+
+def test_bootstrap_sequence_bound_is_2_46_and_kept_exactly_below_it():
+    # a route keeps its sequence in 46 bits (snek.SEQ_LIMIT): the largest
+    # one fits exactly, a sequence at 2**46 (the year 4199 in Unix ms) is
+    # no real one: dropped and counted as malformed, nothing installed
+    from snake.snek import SEQ_LIMIT
+    from snake.telemetry import D_MALFORMED
+    assert SEQ_LIMIT == 1 << 46
+    n = setup()
+    n.r.port_up(2, pub(2), 1, 2)
+    rx_bootstrap(n, 2, 2, 1 << 46)
+    rx_bootstrap(n, 2, 2, (1 << 64) - 1, t=20)
+    assert n.r.counters.drops[D_MALFORMED] == 2
+    assert n.r.snake.routes.count == 0 and report.desc_key(n.r) is None
+    rx_bootstrap(n, 2, 2, (1 << 46) - 1, t=30)
+    s = n.r.snake
+    slot = s.routes.find(pub(2))
+    assert slot >= 0 and s.seq(slot) == (1 << 46) - 1 and n.r.counters.drops[D_MALFORMED] == 2
+    assert not s._seq_lt(slot, (1 << 46) - 1) and s._seq_lt(slot, 1 << 46)
+    # today's Unix ms and a 2000-epoch board's, and their order
+    rx_bootstrap(n, 2, 3, 1795290492369, t=40)
+    slot3 = s.routes.find(pub(3))
+    assert s.seq(slot3) == 1795290492369 and s._seq_lt(slot3, 1795290492370)
+    assert not s._seq_lt(slot3, 1795290492369 - (1 << 30))
+    # a wakeup with such a sequence is dropped the same way
+    from routertest import wakeup
+    n.rx(2, wakeup(K[2], 1 << 46, K[9], 1), 50)
+    assert n.r.counters.drops[D_MALFORMED] == 3
+
+
+def test_route_age_is_exact_across_the_16_bit_and_the_ticks_wrap():
+    # a route's refresh time is the ticks' low 16 bits (snek.Snake.age):
+    # ages stay exact across 65536 ms and the ticks' own 2**30 wrap, and a
+    # route expires at 10 s to the millisecond there as anywhere
+    from snake.platform import ticks_add
+    period = ticks_add(0, -1) + 1       # 2**30 on a 32-bit port and CPython
+    for t0 in (65536 - 100, period - 4000):
+        # setup() at t0
+        n = Node(K[4], now=t0)
+        n.r.port_up(1, pub(7), 1, t0)
+        n.rx(1, announcement(K[9], 1, [(K[9], 3), (K[7], 1)]), t0)
+        n.r.port_up(2, pub(0), 1, t0)
+        rx_bootstrap(n, 2, 5, 1000, t=t0)
+        s = n.r.snake
+        slot = s.routes.find(pub(5))
+        assert slot >= 0 and s.age(slot, t0) == 0
+        t = t0
+        while ticks_diff(t, t0) < 9000:
+            t = ticks_add(t, 1000)
+            keepalive(n, [1, 2], t)
+            n.r.tick(t)
+        t9 = ticks_add(t0, 9999)
+        assert s.age(slot, t9) == 9999 and s.age(slot, ticks_add(t0, -5)) == -5
+        # traffic for K5 whose watermark is K5's route (the key and its
+        # sequence) still takes the route at 9.999 s, not at 10 s
+        assert nh(n, 5, wm=pub(5), wm_seq=1000, now=t9)[0] == 2
+        assert nh(n, 5, wm=pub(5), wm_seq=1000, now=ticks_add(t0, 10000))[0] == 1     # towards the root
+        n.r.tick(ticks_add(t0, 10000))
+        assert s.routes.count == 0
+
+
+def test_a_stalled_node_reads_no_route_as_fresh_after_the_16_bit_wrap():
+    # a node whose ticks stopped (a stall of 70 s): 70000 ms is 4464 in 16
+    # bits, and the route must not look 4.5 s old. The first lookup after a
+    # sweep is ROUTE_EXPIRY_MS late sweeps first (snek.Snake.expire); one
+    # later than 22.8 s cannot tell ages and clears the table (every route
+    # is expired by then)
+    from snake.snek import ROUTE_EXPIRY_MS
+    n = setup()
+    n.r.port_up(2, pub(0), 1, 2)
+    rx_bootstrap(n, 2, 5, 1000, t=10)
+    s = n.r.snake
+    assert s.routes.count == 1 and nh(n, 5, now=20)[0] == 2
+    changes = s.routes.changes
+    t = 10 + 70000
+    assert s.age(s.routes.find(pub(5)), t) == 4464     # what 16 bits read
+    assert nh(n, 5, now=t)[0] == 1 and s.routes.count == 0
+    assert s.routes.changes == changes + 1 and s.last_maintain == t
+    # a sweep late by less than that is an ordinary one: exact ages, the
+    # fresh route stays, the old one goes
+    n2 = setup()
+    n2.r.port_up(2, pub(0), 1, 2)
+    rx_bootstrap(n2, 2, 5, 1000, t=10)
+    s2 = n2.r.snake
+    rx_bootstrap(n2, 2, 3, 1000, t=15000)     # (this bootstrap swept first: 15 s late)
+    assert s2.routes.count == 1 and s2.routes.find(pub(3)) >= 0 and s2.last_maintain == 15000
+    rx_bootstrap(n2, 2, 5, 1001, t=20000)
+    assert s2.routes.count == 2
+    assert nh(n2, 5, now=15000 + ROUTE_EXPIRY_MS)[0] == 2     # swept first: K3 is 10 s old
+    assert s2.routes.find(pub(3)) < 0 and s2.routes.find(pub(5)) >= 0
 
 
 def test_bootstrap_replay_check_ignores_an_entry_for_another_root():

@@ -47,7 +47,7 @@ def test_eviction_hook_and_counter():
         # evict the smallest first byte
         best = -1
         for i in range(tab.capacity):
-            if tab.used[i] and (best < 0 or tab.keys[32 * i] < tab.keys[32 * best]):
+            if tab.used(i) and (best < 0 or tab.keys[32 * i] < tab.keys[32 * best]):
                 best = i
         return best
 
@@ -62,6 +62,45 @@ def test_eviction_hook_and_counter():
         t.insert(key(i))
     assert t.count == 3 and t.count <= t.capacity
     assert t.evictions == 101
+
+
+def test_order_holds_every_slot_once_used_ones_first():
+    # no "used" flag per slot: order[0:count] are the used slots in key
+    # order, order[count:] the free ones (the next insert takes
+    # order[count]); used(slot) reads the index
+    t = Table(5)
+    assert list(t.order) == [0, 1, 2, 3, 4] and not t.used(0)
+    seed = 7
+    live = {}
+    for step in range(400):
+        seed = (seed * 1103515245 + 12345) & 0x7FFFFFFF
+        k = key((seed >> 8) % 9)
+        s = t.find(k)
+        if s >= 0 and (seed >> 4) & 1:
+            t.remove(s)
+            del live[k]
+        elif s < 0:
+            s = t.insert(k)
+            if s >= 0:
+                live[k] = s
+        assert sorted(t.order) == list(range(5)), (step, list(t.order))
+        used = [t.order[j] for j in range(t.count)]
+        assert sorted(live.values()) == sorted(used) and t.count == len(live)
+        assert [t.key(x) for x in used] == sorted(live)
+        for x in range(5):
+            assert t.used(x) == (x in used)
+    # a free slot keeps its old key's bytes: used() is still False for it
+    # when that key now lives in another slot
+    t = Table(3)
+    a = t.insert(key(1))
+    t.remove(a)
+    b = t.insert(key(2))
+    c = t.insert(key(1))
+    assert b == a and c != a and t.key(c) == key(1)
+    t.remove(b)
+    assert not t.used(b) and t.used(c) and t.find(key(1)) == c
+    t.clear()
+    assert t.count == 0 and sorted(t.order) == [0, 1, 2] and not t.used(c)
 
 
 def test_steady_state_allocates_nothing_on_micropython():

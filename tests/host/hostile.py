@@ -232,7 +232,7 @@ def route_ports(r):
     t = s.routes
     out = {}
     for i in range(t.capacity):
-        if t.used[i]:
+        if t.used(i):
             out[t.key(i)] = (s.r_src[i], s.r_dst[i])
     return out
 
