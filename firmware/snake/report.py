@@ -158,7 +158,7 @@ def routes(r, now):
             key = platform.hexstr(t.key(i))
             root, root_seq = s.route_root(i)
             out.append({
-                "key": key, "src_port": s.r_src[i], "dst_port": s.r_dst[i],
+                "key": key, "src_port": s.src(i), "dst_port": s.dst(i),
                 "root": platform.hexstr(root), "root_seq": root_seq,
                 "wm_key": key, "wm_seq": s.seq(i),
                 "age_ms": s.age(i, now),

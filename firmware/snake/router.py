@@ -129,11 +129,11 @@ class Router:
         self.snake = Snake(self, profile)
         self.last_root = bytearray(32)
         copy_into(self.last_root, 0, self.key, 0, 32)
-        self.root_obj = self.key      # bytes of the current root key
         self.last_root_seq = 1
         self.last_parent = 0
+        # (no write-only attributes: 59 names keep the router's attribute
+        # table at 59 entries, not 73)
         self.now = now
-        self.started = now
         self.tree.root_sent = now
         self.snake.last_bootstrap = now
         self.snake.last_maintain = now
@@ -432,7 +432,6 @@ class Router:
         rseq = tree.root_seq()
         if root != self.last_root:
             copy_into(self.last_root, 0, root, 0, 32)
-            self.root_obj = bytes(root)
             self.last_root_seq = rseq
             self.ccache.clear()  # coordinates are only valid under one root
             self.root_at = now

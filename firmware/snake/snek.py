@@ -54,8 +54,8 @@ _LO = 0x3FFFFFFF
 _AGE_HALF = const(0x8000)
 _AGE_MASK = const(0xFFFF)
 _AGE_UNSURE_MS = const(22768)   # 32768 - ROUTE_EXPIRY_MS: a sweep this late cannot tell ages
-_NO_ROOT = const(255)                    # r_root value: installed under a root no longer known
-_ROOT_RING = const(4)
+_NO_ROOT = const(3)              # a route's root index: installed under a root no longer known
+_ROOT_RING = const(3)            # (two bits with _NO_ROOT)
 
 
 class Snake:
@@ -63,15 +63,24 @@ class Snake:
         self.r = router
         cap = profile.max_routes
         # Route entries: key in the sorted table, fields in flat arrays by
-        # slot (45 bytes an entry on a 32-bit board, nothing boxed).
+        # slot (43 bytes an entry on a plain ESP32, nothing boxed).
         self.routes = Table(cap, victim=self._victim, on_evict=self._on_evict)
-        self.r_src = bytearray(cap)     # port the bootstrap came from
-        self.r_dst = bytearray(cap)     # port we forwarded it to (0: dead end)
+        # the ports and the root of a route in one item (src(), dst(),
+        # root_ix(), set_ports()): the port its bootstrap came from, the
+        # port we forwarded it to (0: dead end), r_pw bits each, and the
+        # root (key, sequence) it was installed under in two bits above
+        # them, an index into a ring of recent roots (exact: equal index
+        # <=> equal root key and root sequence; _NO_ROOT once that ring
+        # slot is reused). One byte an entry up to 7 peers (ESP32_GENERIC),
+        # two up to 127, four above.
+        pw = 1
+        while (1 << pw) <= profile.max_peers:
+            pw += 1
+        self.r_pw = pw
+        b = 2 * pw + 2
+        self.r_port = (bytearray(cap) if b <= 8 else
+                       array("H", bytearray(2 * cap)) if b <= 16 else array("i", bytearray(4 * cap)))
         self.r_last = array("H", bytearray(2 * cap))   # ticks & 0xFFFF when last refreshed (age())
-        # root (key, sequence) the route was installed under, as an index
-        # into a small ring of recent roots (exact: equal index <=> equal
-        # root key and root sequence); _NO_ROOT once that ring slot is reused
-        self.r_root = bytearray(cap)
         self.ring_key = [b""] * _ROOT_RING
         self.ring_seq = [0] * _ROOT_RING
         self.ring_next = 0
@@ -118,7 +127,6 @@ class Snake:
         self.last_bootstrap = 0
         self.last_maintain = 0
         self._new_key = None            # key being inserted (for the victim rule)
-        self._new_port = 0              # and the port its bootstrap came from
         self.evicted_live = 0           # unexpired entries evicted for lack of room
         self.routes_refused = 0         # bootstraps relayed without a route: no room
         self.now = 0
@@ -131,6 +139,22 @@ class Snake:
         # v < SEQ_LIMIT (checked where a frame's sequence comes in)
         self.r_seq_hi[slot] = v >> 30
         self.r_seq_lo[slot] = v & _LO
+
+    def src(self, slot):
+        """Port the route's bootstrap came from."""
+        return self.r_port[slot] & ((1 << self.r_pw) - 1)
+
+    def dst(self, slot):
+        """Port we forwarded the route's bootstrap to (0: a dead end)."""
+        return (self.r_port[slot] >> self.r_pw) & ((1 << self.r_pw) - 1)
+
+    def root_ix(self, slot):
+        """Index of the route's root in the ring (root_index()), or _NO_ROOT."""
+        return self.r_port[slot] >> (self.r_pw << 1)
+
+    def set_ports(self, slot, src, dst, rix):
+        pw = self.r_pw
+        self.r_port[slot] = src | (dst << pw) | (rix << (pw << 1))
 
     def age(self, slot, now):
         """ms since the route in `slot` was last refreshed (exact within
@@ -157,10 +181,14 @@ class Snake:
         i = self.ring_next
         self.ring_next = (i + 1) % _ROOT_RING
         t = self.routes
+        rp = self.r_port
+        sh = self.r_pw << 1
+        low = (1 << sh) - 1
         s = 0
         while s < t.capacity:
-            if self.r_root[s] == i:
-                self.r_root[s] = _NO_ROOT
+            v = rp[s]
+            if v >> sh == i:
+                rp[s] = (v & low) | (_NO_ROOT << sh)
             s += 1
         self.ring_key[i] = bytes(root)
         self.ring_seq[i] = root_seq
@@ -168,7 +196,7 @@ class Snake:
 
     def route_root(self, slot):
         """(root key bytes or None, root sequence) a route was installed under."""
-        i = self.r_root[slot]
+        i = self.root_ix(slot)
         if i == _NO_ROOT:
             return None, 0
         return self.ring_key[i], self.ring_seq[i]
@@ -176,10 +204,8 @@ class Snake:
     def set_route(self, slot, src, dst, now, root, root_seq, seq):
         if ticks_diff(now, self.last_maintain) >= ROUTE_EXPIRY_MS:
             self.expire(now)
-        self.r_src[slot] = src
-        self.r_dst[slot] = dst
+        self.set_ports(slot, src, dst, self.root_index(root, root_seq))
         self.r_last[slot] = now & _AGE_MASK
-        self.r_root[slot] = self.root_index(root, root_seq)
         self._set_seq(slot, seq)
 
     # ---- route hints ----------------------------------------------------------
@@ -316,7 +342,7 @@ class Snake:
         # a live entry evicted for room lives on as a hint
         a = self.age(slot, self.now)
         if a < ROUTE_EXPIRY_MS:
-            self.set_hint(self.routes.keys, slot << 5, self.r_src[slot], self.now - a)
+            self.set_hint(self.routes.keys, slot << 5, self.src(slot), self.now - a)
 
     # ---- next hop ------------------------------------------------------------
     def next_hop(self, dst, bootstrap, wm_key, wm_seq, now):
@@ -442,7 +468,8 @@ class Snake:
             order = t.order
             cnt = t.count
             pos = t.lower(dst, 0)
-            src = self.r_src
+            rp = self.r_port
+            pm = (1 << self.r_pw) - 1
             last = self.r_last
             while pos < cnt:
                 s = order[pos]
@@ -454,7 +481,8 @@ class Snake:
                 if w > 0:
                     break                   # beyond the watermark, as all after it
                 pos += 1
-                if src[s] == 0:
+                p = rp[s] & pm              # the port the route's bootstrap came from
+                if p == 0:
                     continue
                 age = ((now - last[s] + _AGE_HALF) & _AGE_MASK) - _AGE_HALF
                 if age >= ROUTE_EXPIRY_MS:
@@ -477,7 +505,7 @@ class Snake:
                     exact = True
                 bbuf = keys
                 boff = ko
-                best_port = src[s]
+                best_port = p
                 self.nh_slot = s
                 break
         if self.nh_slot >= 0:
@@ -551,7 +579,7 @@ class Snake:
         rix = self.root_index(self.k_root, f.root_seq)
         # replay check (PROTOCOL_NOTES.md difference 4: only against an entry for
         # the same root; an entry for another root is replaced)
-        if slot >= 0 and self.r_root[slot] == rix and not self._seq_lt(slot, f.seq):
+        if slot >= 0 and self.root_ix(slot) == rix and not self._seq_lt(slot, f.seq):
             c.drops[D_BOOTSTRAP_REPLAY] += 1
             return -1
         # where would it go next? (loop and watermark checks are cheap too)
@@ -580,7 +608,7 @@ class Snake:
         if policy == "off":
             need = False
         elif policy == "on-change":
-            need = (slot < 0 or self.r_src[slot] != port or self.r_root[slot] != rix
+            need = (slot < 0 or self.src(slot) != port or self.root_ix(slot) != rix
                     or desc_change)
             if need and slot < 0 and not desc_change and self._would_refuse(bkey):
                 # Overload (docs/reports/CAPACITY.md): the full table would refuse
@@ -611,7 +639,6 @@ class Snake:
         # install / refresh the route (every node on the path installs it)
         if slot < 0:
             self._new_key = bkey
-            self._new_port = port
             slot = self.routes.insert(bkey)
             self._new_key = None
             if slot < 0:
@@ -625,10 +652,8 @@ class Snake:
                 self.routes_refused += 1
                 self.set_hint(bkey, 0, port, now)
         if slot >= 0:
-            self.r_src[slot] = port
-            self.r_dst[slot] = nh
+            self.set_ports(slot, port, nh, rix)
             self.r_last[slot] = now & _AGE_MASK
-            self.r_root[slot] = rix
             # PROTOCOL_NOTES.md difference 3: the route's watermark is
             # (bootstrapping key, bootstrap sequence): the entry's sequence
             # is that sequence
@@ -742,7 +767,7 @@ class Snake:
         while pos > 0:
             pos -= 1
             s = order[pos]
-            if self.r_src[s] == port or self.r_dst[s] == port:
+            if self.src(s) == port or self.dst(s) == port:
                 t.remove(s)
         if self.desc_valid and self.desc_port == port:
             self.desc_valid = False

@@ -562,8 +562,8 @@ class Rig:
         j = 0
         while j < sn.routes.capacity:
             if sn.routes.used(j):
-                assert r.up[sn.r_src[j]], ("route from a down port", sn.r_src[j])
-                assert sn.r_dst[j] == 0 or r.up[sn.r_dst[j]], ("route to a down port", sn.r_dst[j])
+                assert r.up[sn.src(j)], ("route from a down port", sn.src(j))
+                assert sn.dst(j) == 0 or r.up[sn.dst(j)], ("route to a down port", sn.dst(j))
             j += 1
 
     def heal_and_check_routing(self):

@@ -283,7 +283,7 @@ def test_bootstrap_dead_end_installs_route_and_descending_entry():
     assert report.desc_key(n.r) == pub(2)
     s = n.r.snake
     slot = s.routes.find(pub(2))
-    assert slot >= 0 and s.r_src[slot] == 2 and s.r_dst[slot] == 0 and s.seq(slot) == 1000
+    assert slot >= 0 and s.src(slot) == 2 and s.dst(slot) == 0 and s.seq(slot) == 1000
     assert n.frames(B_) == []
 
 
@@ -294,7 +294,7 @@ def test_bootstrap_forwarded_installs_route_with_next_hop_and_rewrites_watermark
     assert relayed_watermark(n, 1) == (pub(7), 0)
     s = n.r.snake
     slot = s.routes.find(pub(5))
-    assert s.r_src[slot] == 2 and s.r_dst[slot] == 1
+    assert s.src(slot) == 2 and s.dst(slot) == 1
     assert report.desc_key(n.r) is None
 
 
@@ -435,12 +435,46 @@ def test_a_stalled_node_reads_no_route_as_fresh_after_the_16_bit_wrap():
     assert s2.routes.find(pub(3)) < 0 and s2.routes.find(pub(5)) >= 0
 
 
+def test_route_ports_and_root_share_one_item_sized_by_the_profile():
+    # src and dst ports (r_pw bits each: 0..max_peers) and the root index
+    # (two bits) of a route in one item: a byte up to 7 peers, 16 bits up
+    # to 127, 32 above; every value comes back as it went in
+    from snake.snek import Snake
+    from snake.profile import Profile
+
+    class R:
+        k_dst = bytearray(32)
+        k_wm = bytearray(32)
+    for peers, pw, item in ((7, 3, 1), (8, 4, 2), (16, 5, 2), (127, 7, 2), (255, 8, 4)):
+        s = Snake(R(), Profile({"max_peers": peers, "max_routes": 4}))
+        assert s.r_pw == pw, (peers, s.r_pw)
+        assert len(bytes(s.r_port)) == 4 * item, (peers, len(bytes(s.r_port)))
+        for src in (0, 1, peers):
+            for dst in (0, 1, peers - 1, peers):
+                for rix in (0, 1, 2, 3):
+                    s.set_ports(2, src, dst, rix)
+                    assert (s.src(2), s.dst(2), s.root_ix(2)) == (src, dst, rix)
+    # the ring holds three recent roots: a fourth reuses the oldest slot,
+    # and the routes installed under it lose their root, not their ports
+    n = setup(max_peers=7)
+    n.r.port_up(2, pub(2), 1, 2)
+    rx_bootstrap(n, 2, 2, 1000)
+    s = n.r.snake
+    slot = s.routes.find(pub(2))
+    assert s.route_root(slot) == (pub(9), 1) and (s.src(slot), s.dst(slot)) == (2, 0)
+    for seq in (2, 3):
+        s.root_index(pub(9), seq)
+    assert s.route_root(slot) == (pub(9), 1)
+    s.root_index(pub(8), 1)
+    assert s.route_root(slot) == (None, 0) and (s.src(slot), s.dst(slot)) == (2, 0)
+
+
 def test_bootstrap_replay_check_ignores_an_entry_for_another_root():
     n = setup()
     n.r.port_up(2, pub(2), 1, 2)
     slot = add_route(n, 2, 2, 5000, now=5)
     s = n.r.snake
-    s.r_root[slot] = s.root_index(pub(8), 1)
+    s.set_ports(slot, s.src(slot), s.dst(slot), s.root_index(pub(8), 1))
     rx_bootstrap(n, 2, 2, 1000)
     assert s.seq(slot) == 1000 and s.route_root(slot) == (pub(9), 1)
 

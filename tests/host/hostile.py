@@ -233,7 +233,7 @@ def route_ports(r):
     out = {}
     for i in range(t.capacity):
         if t.used(i):
-            out[t.key(i)] = (s.r_src[i], s.r_dst[i])
+            out[t.key(i)] = (s.src(i), s.dst(i))
     return out
 
 
