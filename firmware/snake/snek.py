@@ -8,7 +8,7 @@
 from array import array
 from snake import wire
 from snake.tables import Table
-from snake.platform import ticks_diff, copy_into, key_cmp, const
+from snake.platform import ticks_diff, ticks_add, copy_into, key_cmp, const
 from snake.telemetry import (D_BOOTSTRAP_ROOT, D_BOOTSTRAP_REPLAY, D_BOOTSTRAP_SELF,
                              D_BAD_SIGNATURE, D_ROUTE_TABLE_FULL, D_LOOP, D_WATERMARK,
                              D_MALFORMED)
@@ -159,7 +159,7 @@ class Snake:
     def age(self, slot, now):
         """ms since the route in `slot` was last refreshed (exact within
         +-32.7 s, which expire() keeps every entry within)."""
-        return ((now - self.r_last[slot] + _AGE_HALF) & _AGE_MASK) - _AGE_HALF
+        return (((now & _AGE_MASK) - self.r_last[slot] + _AGE_HALF) & _AGE_MASK) - _AGE_HALF
 
     def _seq_lt(self, slot, v):
         """route slot's sequence < v (v an int), without building the
@@ -304,7 +304,7 @@ class Snake:
         """The routing-table slot whose entry was refreshed longest ago,
         if that is ROUTE_STALE_MS or more (expired ones included), else -1."""
         t = self.routes
-        now = self.now
+        n16 = self.now & _AGE_MASK     # (now itself + _AGE_HALF may not be a small int)
         last = self.r_last
         order = t.order
         best = -1
@@ -313,7 +313,7 @@ class Snake:
         while pos > 0:
             pos -= 1
             i = order[pos]
-            a = ((now - last[i] + _AGE_HALF) & _AGE_MASK) - _AGE_HALF
+            a = ((n16 - last[i] + _AGE_HALF) & _AGE_MASK) - _AGE_HALF
             # of equal ages the lowest slot, as a walk over the slots takes it
             if a > age or (a == age and i < best):
                 age = a
@@ -342,7 +342,7 @@ class Snake:
         # a live entry evicted for room lives on as a hint
         a = self.age(slot, self.now)
         if a < ROUTE_EXPIRY_MS:
-            self.set_hint(self.routes.keys, slot << 5, self.src(slot), self.now - a)
+            self.set_hint(self.routes.keys, slot << 5, self.src(slot), ticks_add(self.now, -a))
 
     # ---- next hop ------------------------------------------------------------
     def next_hop(self, dst, bootstrap, wm_key, wm_seq, now):
@@ -471,6 +471,7 @@ class Snake:
             rp = self.r_port
             pm = (1 << self.r_pw) - 1
             last = self.r_last
+            n16 = now & _AGE_MASK
             while pos < cnt:
                 s = order[pos]
                 ko = s << 5
@@ -484,7 +485,7 @@ class Snake:
                 p = rp[s] & pm              # the port the route's bootstrap came from
                 if p == 0:
                     continue
-                age = ((now - last[s] + _AGE_HALF) & _AGE_MASK) - _AGE_HALF
+                age = ((n16 - last[s] + _AGE_HALF) & _AGE_MASK) - _AGE_HALF
                 if age >= ROUTE_EXPIRY_MS:
                     continue
                 if w == 0:
@@ -753,11 +754,12 @@ class Snake:
             return
         order = t.order
         last = self.r_last
+        n16 = now & _AGE_MASK
         pos = t.count
         while pos > 0:
             pos -= 1
             s = order[pos]
-            if ((now - last[s] + _AGE_HALF) & _AGE_MASK) - _AGE_HALF >= ROUTE_EXPIRY_MS:
+            if ((n16 - last[s] + _AGE_HALF) & _AGE_MASK) - _AGE_HALF >= ROUTE_EXPIRY_MS:
                 t.remove(s)
 
     def port_down(self, port):
