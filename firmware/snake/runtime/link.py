@@ -268,12 +268,27 @@ class TcpLink:
         close_stream(self.w)
 
 
+async def _deadline(task, timeout_s, late):
+    # cancels the dialling task when the connect attempt outlasts the
+    # deadline (a task this small, not asyncio.wait_for: its module stays
+    # out of the heap)
+    await asyncio.sleep(timeout_s)
+    late[0] = 1
+    task.cancel()
+
+
 async def open_tcp(host, port, link_type, timeout_s=5):
     """Dial host:port; a connected TcpLink (TCP_NODELAY on) or OSError."""
+    late = bytearray(1)
+    wd = asyncio.create_task(_deadline(asyncio.current_task(), timeout_s, late))
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
-    except asyncio.TimeoutError:
+        reader, writer = await asyncio.open_connection(host, port)
+    except asyncio.CancelledError:
+        if not late[0]:
+            raise       # the dialler itself was cancelled
         raise OSError(110)  # ETIMEDOUT
+    finally:
+        wd.cancel()
     # MicroPython's open_connection returns when the connect attempt ends,
     # refused or not; on the unix port a zero-length send reports the
     # refusal here, as a failed dial. Not on a board: the ESP32 port's send

@@ -763,7 +763,17 @@ class Node:
                         self.rx_drop[p] = 1
                         task.cancel()
             p += 1
-        # pending handshakes: with half the slots pending, the short deadline
+        # pending handshakes: past the deadline, closed (stream.handshake
+        # counts a timeout); with half the slots pending, the short deadline
+        if self.hs_n:
+            hl = self.hs_link
+            i = 0
+            while i < len(hl):
+                lk = hl[i]
+                if lk is not None and ticks_diff(now, self.hs_t[i]) > self.hs_timeout_ms:
+                    lk.late = True
+                    lk.close()
+                i += 1
         if self.hs_n * 2 >= len(self.hs_link):
             self._guard().hs_deadline(self, now)
         elif self.guard is not None and not self.hs_n and not self.rx_wait:

@@ -39,7 +39,6 @@ from snake import wire
 from snake.platform import ticks_ms, ticks_add, const
 from snake.telemetry import D_OVERSIZE, D_MALFORMED
 
-_wait_for = asyncio.wait_for     # asyncio.funcs: the handshake deadline
 _Event = asyncio.Event           # asyncio.event: send queues, BLE flags
 # The one sleep helper of the I/O layer (node, Wi-Fi, BLE, boot, probing):
 # MicroPython's asyncio.sleep_ms takes the integer, no float made every
@@ -93,10 +92,11 @@ async def _exchange(node, link, mv):
 async def handshake(node, link, buf):
     """Exchange handshakes (the peer's is read into buf, HANDSHAKE_LEN
     bytes); the peer's public key (bytes) or None (counted)."""
+    # The deadline is the node's (Node._slow closes a handshake pending
+    # longer than node.hs_timeout_ms and marks the link late): no timer
+    # task per link and no asyncio.funcs in the heap.
     try:
-        err = await _wait_for(_exchange(node, link, memoryview(buf)), node.hs_timeout_ms / 1000)
-    except asyncio.TimeoutError:
-        err = "timeout"
+        err = await _exchange(node, link, memoryview(buf))
     except MemoryError:
         node.oom()
         err = "no_memory"
@@ -104,6 +104,8 @@ async def handshake(node, link, buf):
     if err is not None:
         if getattr(link, "evicted", False):
             err = "evicted"     # Node.admit / Node._slow closed it
+        elif getattr(link, "late", False):
+            err = "timeout"     # Node._slow closed it at the deadline
         if err == "send" and getattr(link, "outbound", False) and link.link_type < 4:
             # our first write on a TCP link we dialled failed: the connection
             # never came up (a refused connect on a board): a failed dial
