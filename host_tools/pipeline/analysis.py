@@ -479,12 +479,8 @@ def _run(spark, res, info, out, topology_file, opts, say, on_count=None):
         seen_jobs.update(ids)
 
     # -- 1. one pass over the input: parse, validate, write --------------------------
-    parsed = ingest.parse(spark, paths, res.console)
     obs = Observation("ignored")
-    ign = F.col("reason")
-    parsed = parsed.observe(obs, *[F.sum(F.when(ign == ingest.IGNORED + k, 1).otherwise(0)).alias(k)
-                                   for k in ingest.IGNORED_KINDS])
-    parsed = parsed.filter(ign.isNull() | ~ign.startswith(ingest.IGNORED))
+    parsed = ingest.parse(spark, paths, res.console, observation=obs)
     tele = out.path("telemetry")
     ok = F.col("reason").isNull()
     cols = [c for c in parsed.columns if c not in ("kind",)]
