@@ -483,9 +483,9 @@ def _run(spark, res, info, out, topology_file, opts, say, on_count=None):
     parsed = ingest.parse(spark, paths, res.console, observation=obs)
     tele = out.path("telemetry")
     ok = F.col("reason").isNull()
-    cols = [c for c in parsed.columns if c not in ("kind",)]
-    written = parsed.select(*cols, metrics.day_col().alias("day"),
-                            F.when(ok, F.col("kind")).otherwise(F.lit(REJECTED)).alias("kind"))
+    cols = ["`%s`" % c for c in parsed.columns if c not in ("kind",)]
+    written = parsed.selectExpr(*cols, "%s AS day" % metrics.day_sql(),
+                                "CASE WHEN reason IS NULL THEN kind ELSE '%s' END AS kind" % REJECTED)
     written.write.mode("overwrite").partitionBy("day", "kind").parquet(tele)
     ignored = dict((k, int(v or 0)) for k, v in (obs.get or {}).items() if v)
     lap("parse_write")
