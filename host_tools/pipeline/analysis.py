@@ -664,9 +664,9 @@ def _run(spark, res, info, out, topology_file, opts, say, on_count=None):
     if nb > opts.max_buckets:
         bucket = (t_end - t_start) / float(opts.max_buckets - 1)
         nb = int((t_end - t_start) // bucket) + 1
+    S = convergence.state_stream(valid.where(F.col("kind") == "state"), boundaries, expected_df)
     # the flagged rows are few: cached, so the window runs once for the three sections
-    f = convergence.flagged(valid.where(F.col("kind") == "state"), boundaries, expected_df).persist(
-        StorageLevel.MEMORY_AND_DISK)
+    f = convergence.flags(S).persist(StorageLevel.MEMORY_AND_DISK)
     got = collect_sections({
         "node_epochs": convergence.node_epochs(f),
         "finals": convergence.finals(f),
@@ -709,12 +709,12 @@ def _run(spark, res, info, out, topology_file, opts, say, on_count=None):
     say("computing counter figures")
     window = _steady_window(run, by_scope, nodes, down, t_start, t_end, opts)
     rtt_bin = _nice_bin(ps.get("rtt_ms_max"))
-    counters = metrics.counters(valid.where(F.col("kind") == "counters"), t_start, bucket,
-                                None if window["start_s"] is None else t_start + window["start_s"])
+    cl = metrics.counters_long(valid.where(F.col("kind") == "counters"), t_start, bucket,
+                               None if window["start_s"] is None else t_start + window["start_s"])
     rtt_hist = (pr.filter((F.col("probe") == "ping") & F.col("ok") & F.col("rtt_ms").isNotNull())
                 .groupBy((F.floor(F.col("rtt_ms") / rtt_bin) * rtt_bin).alias("bin_start")).count())
     peers_t = [(n, a["peers_t"]) for n, a in act.items() if a.get("peers_t") is not None]
-    sections = {"counters": counters, "rtt_hist": rtt_hist}
+    sections = {"counters": metrics.counters_agg(cl), "rtt_hist": rtt_hist}
     if peers_t:
         last = local_df(spark, {"n": [n for n, _t in peers_t], "peers_t": [t for _n, t in peers_t]},
                         "n string, peers_t double")

@@ -28,18 +28,18 @@ the number of state changes.
 """
 import heapq
 
+from pyspark.sql import Window
 from pyspark.sql import functions as F
-
-from host_tools.pipeline import sqlq
 
 CARRIED = ("value", "root", "root_seq", "desc", "parent", "depth", "peers", "profile")
 
 
-def epoch_sql(boundaries, tcol="t", strict=False):
+def epoch_col(boundaries, tcol="t", strict=False):
     """Index of the topology epoch in force at time `tcol` (the number of
-    epoch starts <= t; < t with strict), as SQL text: a binary search of
-    CASE WHENs (compiled code, no per-row lambda) in one expression, not a
-    tree of Column objects (a py4j round trip per node)."""
+    epoch starts <= t; < t with strict), as a binary search of CASE WHENs:
+    compiled code, no per-row lambda. Built as one SQL expression: the same
+    tree built from Column objects is one py4j round trip per node (a few
+    thousand for dozens of epochs, each a driver-side pause)."""
     bs = [float(b) for b in boundaries]
     op = "<" if strict else "<="
 
@@ -47,135 +47,129 @@ def epoch_sql(boundaries, tcol="t", strict=False):
         if lo == hi:
             return str(lo)
         mid = (lo + hi) // 2
-        # the D suffix makes an exact DOUBLE literal (sqlq.double)
-        return "CASE WHEN %s %s `%s` THEN %s ELSE %s END" % (sqlq.double(bs[mid]), op, tcol, search(mid + 1, hi),
-                                                           search(lo, mid))
+        # repr() round-trips the double exactly; the D suffix makes it a DOUBLE literal
+        return "CASE WHEN %rD %s `%s` THEN %s ELSE %s END" % (bs[mid], op, tcol, search(mid + 1, hi), search(lo, mid))
 
-    return "CAST(%s AS INT)" % search(0, len(bs))
-
-
-def epoch_col(boundaries, tcol="t", strict=False):
-    """epoch_sql as a Column."""
-    return F.expr(epoch_sql(boundaries, tcol, strict))
+    return F.expr("CAST(%s AS INT)" % search(0, len(bs)))
 
 
-def state_stream(boundaries):
-    """S as SQL text over {states} (valid `state` records: node, t, seq,
-    root, root_seq, desc, parent, depth, peers_n, profile) and {expected}
-    ((epoch, node, comp, expected_desc), small): one row per state record
-    and boundary row, with epoch, boundary, correct."""
-    st = ("SELECT node, t, seq, concat_ws('/', root, CAST(root_seq AS STRING)) AS value, root, root_seq, `desc`,"
-          " parent, depth, peers_n AS peers, profile FROM {states}")
-    carried = ", ".join("`%s`" % c for c in CARRIED)
+def state_stream(states, boundaries, expected):
+    """states: valid `state` records (node, t, seq, root, root_seq, desc,
+    parent, depth, peers_n, profile). expected: (epoch, node, comp,
+    expected_desc), small. Returns S: one row per state record and boundary
+    row, with epoch, boundary, correct."""
+    st = states.select(
+        "node", "t", "seq",
+        F.concat_ws("/", "root", F.col("root_seq").cast("string")).alias("value"),
+        "root", "root_seq", "desc", "parent", "depth", F.col("peers_n").alias("peers"), "profile")
+    fields = ["t", "seq"] + list(CARRIED)
     if not boundaries:
-        s_rows = "SELECT node, t, seq, %s, 0 AS epoch, false AS boundary FROM (%s)" % (carried, st)
+        S = st.select("node", *fields, F.lit(0).alias("epoch"), F.lit(False).alias("boundary"))
     else:
         n_epochs = len(boundaries) + 1
-        w = "OVER (PARTITION BY node ORDER BY t, seq)"
-        st = "SELECT *, %s AS epoch, %s AS elo FROM (%s)" % (epoch_sql(boundaries), epoch_sql(boundaries, strict=True), st)
-        st = "SELECT *, lead(t) %s AS next_t, lead(elo) %s AS next_elo FROM (%s)" % (w, w, st)
+        w = Window.partitionBy("node").orderBy("t", "seq")
+        # one projection per step (each withColumn is a round of analysis on the driver)
+        st = st.select("*", epoch_col(boundaries).alias("epoch"), epoch_col(boundaries, strict=True).alias("elo"))
+        st = st.select("*", F.lead("t").over(w).alias("next_t"), F.lead("elo").over(w).alias("next_elo"))
         # Boundary k carries the state of the node's latest row with t <= b_k:
         # row r generates the boundaries strictly between itself and the
         # node's next row (all later ones if it is the last), and the one at
         # its own time if t == b_k and it is the last row at that time.
-        lo = "(epoch + 1)"
-        hi = "coalesce(next_elo, %d)" % (n_epochs - 1)
-        exact = "(epoch > elo AND (next_t IS NULL OR next_t != t))"
-        first = "CASE WHEN %s THEN epoch ELSE %s END" % (exact, lo)
+        lo = F.col("epoch") + 1
+        hi = F.coalesce(F.col("next_elo"), F.lit(n_epochs - 1))
+        exact = (F.col("epoch") > F.col("elo")) & (F.col("next_t").isNull() | (F.col("next_t") != F.col("t")))
+        first = F.when(exact, F.col("epoch")).otherwise(lo)
         # k = 0 stands for the row itself, k >= 1 for the boundary of epoch k
-        ks = ("CASE WHEN %s <= %s THEN concat(array(0), sequence(%s, %s)) ELSE array(0) END"
-              % (first, hi, first, hi))
-        starts = "array(%s)" % ", ".join(sqlq.double(b) for b in boundaries)   # starts[k-1] = start of epoch k
-        x = "SELECT *, explode(%s) AS k FROM (%s)" % (ks, st)
-        s_rows = ("SELECT node, CASE WHEN k = 0 THEN t ELSE element_at(%s, k) END AS t,"
-                  " CASE WHEN k = 0 THEN seq ELSE CAST(-1 AS BIGINT) END AS seq, %s,"
-                  " CAST(CASE WHEN k = 0 THEN epoch ELSE k END AS INT) AS epoch, NOT (k = 0) AS boundary FROM (%s)"
-                  % (starts, carried, x))
-    return ("SELECT /*+ BROADCAST(e) */ *, `desc` <=> expected_desc AS correct"
-            " FROM (%s) LEFT JOIN {expected} e USING (epoch, node)" % s_rows)
-
-
-# the columns of S (state_stream), in order
-S_COLUMNS = ("epoch", "node", "t", "seq") + CARRIED + ("boundary", "comp", "expected_desc", "correct")
-
-
-def flagged(states, boundaries, expected):
-    """flags(state_stream) as one SQL query (sqlq): the DataFrame f that
-    node_epochs, finals and bucket_deltas read (cached by the caller)."""
-    return sqlq.query(states.sparkSession, flags(state_stream(boundaries)), states=states, expected=expected)
+        ks = F.when(first <= hi, F.concat(F.array(F.lit(0)), F.sequence(first, hi))).otherwise(F.array(F.lit(0)))
+        starts = F.array(*[F.lit(float(b)) for b in boundaries])   # starts[k-1] = start of epoch k
+        x = st.select("*", F.explode(ks).alias("k"))
+        own = F.col("k") == 0
+        S = x.select("node",
+                     F.when(own, F.col("t")).otherwise(F.element_at(starts, F.col("k"))).alias("t"),
+                     F.when(own, F.col("seq")).otherwise(F.lit(-1).cast("long")).alias("seq"),
+                     *CARRIED,
+                     F.when(own, F.col("epoch")).otherwise(F.col("k")).cast("int").alias("epoch"),
+                     (~own).alias("boundary"))
+    S = S.join(F.broadcast(expected), ["epoch", "node"], "left")
+    return S.withColumn("correct", F.col("desc").eqNullSafe(F.col("expected_desc")))
 
 
 def flags(S):
-    """SQL text over the SQL text S (state_stream): the rows of S that
-    matter, with what changed at each: a node's first and last row in every epoch, and every row where its tree value,
+    """The rows of S that matter, with what changed at each: a node's first
+    and last row in every epoch, and every row where its tree value,
     correctness, parent or descending key changes. One window over the
     node-partitioned, (t, seq)-ordered rows; running counts carry the
     number of rows (and of the node's own rows) so the dropped rows are
     still counted. In a healthy mesh this is a few rows per node and epoch,
     whatever the number of records."""
-    w = "PARTITION BY node ORDER BY t, seq"
-    own = "CAST(NOT boundary AS BIGINT)"
-    lagged = ("SELECT *, lag(t) OVER ({w}) AS p_t, lag(value) OVER ({w}) AS p_value,"
-              " lag(parent) OVER ({w}) AS p_parent, lag(`desc`) OVER ({w}) AS p_desc,"
-              " lag(correct) OVER ({w}) AS p_correct, lag(epoch) OVER ({w}) AS p_epoch,"
-              " lead(epoch) OVER ({w}) AS n_epoch, row_number() OVER ({w}) AS rn,"
-              " sum({own}) OVER ({w} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS own_cum FROM ({S})"
-              .format(w=w, own=own, S=S))
-    first = "(p_t IS NULL)"
-    x = ("SELECT *, {first} AS `first`, {own} AS own,"
-         " ({first} OR p_epoch != epoch) AS first_in_epoch,"
-         " (n_epoch IS NULL OR n_epoch != epoch) AS last_in_epoch,"
-         " ({first} OR value != p_value) AS value_start,"
-         " (NOT {first} AND value != p_value) AS value_chg,"
-         " (correct AND ({first} OR NOT p_correct)) AS correct_start,"
-         " (NOT {first} AND correct != p_correct) AS correct_chg,"
-         " (NOT {first} AND NOT parent <=> p_parent) AS parent_chg,"
-         " (NOT {first} AND NOT `desc` <=> p_desc) AS desc_chg FROM ({lagged})"
-         .format(first=first, own=own, lagged=lagged))
-    keep = ("first_in_epoch OR last_in_epoch OR value_start OR correct_start OR correct_chg OR parent_chg"
-            " OR desc_chg")
-    cols = list(S_COLUMNS) + ["p_value", "p_correct", "rn", "own_cum", "first", "own", "first_in_epoch",
-                              "last_in_epoch", "value_start", "value_chg", "correct_start", "correct_chg",
-                              "parent_chg", "desc_chg"]
-    return "SELECT %s FROM (%s) WHERE %s" % (", ".join("`%s`" % c for c in cols), x, keep)
+    w = Window.partitionBy("node").orderBy("t", "seq")
+    own = (~F.col("boundary")).cast("long")
+    S = S.select("*", F.lag("t").over(w).alias("p_t"),
+                 F.lag("value").over(w).alias("p_value"),
+                 F.lag("parent").over(w).alias("p_parent"),
+                 F.lag("desc").over(w).alias("p_desc"),
+                 F.lag("correct").over(w).alias("p_correct"),
+                 F.lag("epoch").over(w).alias("p_epoch"),
+                 F.lead("epoch").over(w).alias("n_epoch"),
+                 F.row_number().over(w).alias("rn"),
+                 F.sum(own).over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow)).alias("own_cum"))
+    first = F.col("p_t").isNull()
+    x = S.select(
+        "*", first.alias("first"), own.alias("own"),
+        (first | (F.col("p_epoch") != F.col("epoch"))).alias("first_in_epoch"),
+        (F.col("n_epoch").isNull() | (F.col("n_epoch") != F.col("epoch"))).alias("last_in_epoch"),
+        (first | (F.col("value") != F.col("p_value"))).alias("value_start"),
+        (~first & (F.col("value") != F.col("p_value"))).alias("value_chg"),
+        (F.col("correct") & (first | ~F.col("p_correct"))).alias("correct_start"),
+        (~first & (F.col("correct") != F.col("p_correct"))).alias("correct_chg"),
+        (~first & ~F.col("parent").eqNullSafe(F.col("p_parent"))).alias("parent_chg"),
+        (~first & ~F.col("desc").eqNullSafe(F.col("p_desc"))).alias("desc_chg"))
+    keep = (F.col("first_in_epoch") | F.col("last_in_epoch") | F.col("value_start") | F.col("correct_start")
+            | F.col("correct_chg") | F.col("parent_chg") | F.col("desc_chg"))
+    return x.where(keep).drop("p_t", "p_parent", "p_desc", "p_epoch", "n_epoch")
 
 
 def node_epochs(f):
-    """One row per (node, epoch) the node has rows in (f = flagged()):
+    """One row per (node, epoch) the node has rows in (f = flags(S)):
     numeric aggregates only (a hash aggregate). The node's final state in
-    the epoch is in finals(). f is cached: these read it as a DataFrame (a
-    query over a view of it would not find the cache)."""
-    return f.groupBy("node", "epoch").agg(*[F.expr(x) for x in (
-        "max(rn) - min(rn) + 1 AS `rows`", "max(own_cum) - min(own_cum - own) AS own_rows",
-        "min(t) AS first_t", "max(t) AS last_t",
-        "max(CASE WHEN value_start THEN t END) AS last_value_start",
-        "max(CASE WHEN correct_start THEN t END) AS last_correct_start",
-        "sum(CASE WHEN parent_chg THEN 1 ELSE 0 END) AS parent_changes",
-        "sum(CASE WHEN value_chg THEN 1 ELSE 0 END) AS root_changes",
-        "sum(CASE WHEN desc_chg THEN 1 ELSE 0 END) AS desc_changes")])
+    the epoch is in finals()."""
+    one = lambda c: F.sum(F.when(c, 1).otherwise(0))  # noqa: E731
+    return f.groupBy("node", "epoch").agg(
+        (F.max("rn") - F.min("rn") + 1).alias("rows"),
+        (F.max("own_cum") - F.min(F.col("own_cum") - F.col("own"))).alias("own_rows"),
+        F.min("t").alias("first_t"),
+        F.max("t").alias("last_t"),
+        F.max(F.when(F.col("value_start"), F.col("t"))).alias("last_value_start"),
+        F.max(F.when(F.col("correct_start"), F.col("t"))).alias("last_correct_start"),
+        one(F.col("parent_chg")).alias("parent_changes"),
+        one(F.col("value_chg")).alias("root_changes"),
+        one(F.col("desc_chg")).alias("desc_changes"))
 
 
 def finals(f):
     """The last row of each (node, epoch): the node's state at the end of it."""
-    return f.where("last_in_epoch").selectExpr(
-        "node", "epoch", "struct(%s, correct, comp, expected_desc) AS final" % ", ".join("`%s`" % c for c in CARRIED))
+    return f.where(F.col("last_in_epoch")).select(
+        "node", "epoch", F.struct(*[F.col(c) for c in CARRIED], "correct", "comp", "expected_desc").alias("final"))
 
 
 def bucket_deltas(f, t_start, bucket):
     """Per (bucket, value): the change of the number of nodes whose latest
     tree value is `value` (dn), and on value-null rows the change of the
     number of correct nodes (dc) and of nodes that have reported (dr)."""
-    ev = ("struct(CAST(NULL AS STRING) AS v, 0 AS dn,"
-          " CAST(correct AS INT) - coalesce(CAST(p_correct AS INT), 0) AS dc, CAST(`first` AS INT) AS dr)")
-    plus = "struct(value AS v, 1 AS dn, 0 AS dc, 0 AS dr)"
-    minus = "struct(p_value AS v, -1 AS dn, 0 AS dc, 0 AS dr)"
-    events = ("CASE WHEN `first` THEN array({ev}, {plus}) WHEN value_chg THEN array({ev}, {plus}, {minus})"
-              " ELSE array({ev}) END".format(ev=ev, plus=plus, minus=minus))
-    b = "CAST(floor((t - %s) / %s) AS BIGINT)" % (sqlq.double(t_start), sqlq.double(bucket))
-    return (f.where("`first` OR value_chg OR correct_chg")
-            .selectExpr("%s AS `bucket`" % b, "explode(%s) AS e" % events)
-            .groupBy("bucket", F.expr("e.v AS value"))
-            .agg(F.expr("sum(e.dn) AS dn"), F.expr("sum(e.dc) AS dc"), F.expr("sum(e.dr) AS dr")))
+    c = F.col("correct").cast("int")
+    pc = F.coalesce(F.col("p_correct").cast("int"), F.lit(0))
+    f = f.filter(F.col("first") | F.col("value_chg") | F.col("correct_chg"))
+    ev = F.struct(F.lit(None).cast("string").alias("v"), F.lit(0).alias("dn"), (c - pc).alias("dc"),
+                  F.col("first").cast("int").alias("dr"))
+    plus = F.struct(F.col("value").alias("v"), F.lit(1).alias("dn"), F.lit(0).alias("dc"), F.lit(0).alias("dr"))
+    minus = F.struct(F.col("p_value").alias("v"), F.lit(-1).alias("dn"), F.lit(0).alias("dc"), F.lit(0).alias("dr"))
+    events = (F.when(F.col("first"), F.array(ev, plus))
+              .when(F.col("value_chg"), F.array(ev, plus, minus))
+              .otherwise(F.array(ev)))
+    b = F.floor((F.col("t") - F.lit(t_start)) / F.lit(bucket)).cast("long")
+    return (f.select(b.alias("bucket"), F.explode(events).alias("e"))
+            .groupBy("bucket", F.col("e.v").alias("value"))
+            .agg(F.sum("e.dn").alias("dn"), F.sum("e.dc").alias("dc"), F.sum("e.dr").alias("dr")))
 
 
 def series_from_deltas(rows, nbuckets):

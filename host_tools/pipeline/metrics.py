@@ -4,9 +4,8 @@ Every function here returns a plan over the `telemetry/` table (or the
 `probes/` table) whose result is small: one row per node, per table, per
 time bucket or per histogram bin, never one per record.
 """
+from pyspark.sql import Window
 from pyspark.sql import functions as F
-
-from host_tools.pipeline import sqlq
 
 # Cumulative counters (since the node booted; a restart resets them all).
 CUMULATIVE_MAPS = ("rx", "tx", "drops", "evictions", "tx_bytes", "tx_link", "tx_bytes_link", "defence")
@@ -16,12 +15,8 @@ REFUSED = "capacity_refused"
 CONTROL_EXCLUDE = ("traffic",)     # "control traffic" = every frame type but traffic
 
 
-def bucket_sql(t_start, bucket):
-    return "CAST(floor((t - %s) / %s) AS BIGINT)" % (sqlq.double(t_start), sqlq.double(bucket))
-
-
 def bucket_of(t_start, bucket):
-    return F.expr(bucket_sql(t_start, bucket))
+    return F.floor((F.col("t") - F.lit(t_start)) / F.lit(bucket)).cast("long")
 
 
 def day_sql(tcol="t"):
@@ -147,14 +142,8 @@ def last_links(peers, last):
 
 # -- counters ------------------------------------------------------------------------
 
-def counters(c, t_start, bucket, window_start=None):
-    """counters_agg(counters_long(c)) as one SQL query (sqlq) over the
-    counters records c."""
-    return sqlq.query(c.sparkSession, counters_agg(counters_long(t_start, bucket, window_start)), c=c)
-
-
-def counters_long(t_start, bucket, window_start=None):
-    """SQL text over {c}, the counters records (wide): one row per (record, metric, key): `value`,
+def counters_long(c, t_start, bucket, window_start=None):
+    """Counters records (wide) -> one row per (record, metric, key): `value`,
     `cap` (capacity of the gauges that have one) and `inc`, the increase
     since the node's previous report of that counter (null for gauges).
 
@@ -168,28 +157,29 @@ def counters_long(t_start, bucket, window_start=None):
     row per map entry with its previous value looked up by key. One sort of
     the records (not of their entries); the only per-row lambdas are the
     restart tests on maps of a few keys."""
+    w = Window.partitionBy("node").orderBy("t", "seq")
     maps = CUMULATIVE_MAPS
     scal = CUMULATIVE_SCALARS
-    w = "OVER (PARTITION BY node ORDER BY t, seq)"
-    wide = ("SELECT node, t, seq, %s, %s, map('', mem_free) AS mem_free, occupancy, capacity FROM {c}"
-            " DISTRIBUTE BY node"
-            % (", ".join(maps), ", ".join("map('', %s) AS %s" % (x, x) for x in scal)))
+    c = c.select("node", "t", "seq", *maps, *[F.create_map(F.lit(""), F.col(x)).alias(x) for x in scal],
+                 F.create_map(F.lit(""), F.col("mem_free")).alias("mem_free"), "occupancy", "capacity")
+    c = c.repartition("node")
     cols = list(maps) + list(scal) + ["capacity"]
-    lagged = "SELECT *, %s FROM (%s)" % (", ".join("lag(%s) %s AS p_%s" % (m, w, m) for m in cols), wide)
+    # one projection per step: each withColumn is a round of analysis on the driver
+    c = c.select("*", *[F.lag(m).over(w).alias("p_" + m) for m in cols])
 
+    # as SQL text: a Column lambda is several py4j round trips per use
     def lower(m, idx=None):
         item = "" if idx is None else "[%d]" % idx
         return ("coalesce(exists(map_keys(`{m}`), k -> coalesce(`{m}`[k]{i} < `p_{m}`[k]{i}, false)), false)"
                 .format(m=m, i=item))
 
-    reset = " OR ".join([lower("capacity", 2)] + [lower(m) for m in list(maps) + list(scal)])
+    reset = F.expr(" OR ".join([lower("capacity", 2)] + [lower(m) for m in list(maps) + list(scal)]))
     if window_start is not None:
-        t_a = ("min(CASE WHEN t >= %s AND tx_bytes IS NOT NULL THEN t END) OVER (PARTITION BY node)"
-               % sqlq.double(window_start))
+        t_a = F.min(F.when((F.col("t") >= F.lit(window_start)) & F.col("tx_bytes").isNotNull(),
+                           F.col("t"))).over(Window.partitionBy("node"))
     else:
-        t_a = "CAST(NULL AS DOUBLE)"
-    flagged = ("SELECT *, %s AS reset, lead(t) %s IS NULL AS last_report, %s AS t_a FROM (%s)"
-               % (reset, w, t_a, lagged))
+        t_a = F.lit(None).cast("double")
+    c = c.select("*", reset.alias("reset"), F.lead("t").over(w).isNull().alias("last_report"), t_a.alias("t_a"))
     lm, am = "map<string,bigint>", "map<string,array<bigint>>"
 
     def entry(metric, m, pm, a, pa, idx, cum):
@@ -202,25 +192,27 @@ def counters_long(t_start, bucket, window_start=None):
     rows.append(entry("capacity", None, None, "capacity", None, 1, False))
     rows.append(entry(REFUSED, None, None, "capacity", "p_capacity", 3, True))
     stack = "stack(%d, %s) AS (metric, m, pm, a, pa, idx, cum)" % (len(rows), ", ".join(", ".join(r) for r in rows))
-    x = "SELECT node, t, seq, reset, last_report, t_a, %s FROM (%s)" % (stack, flagged)
-    x = "SELECT *, explode(coalesce(map_keys(m), map_keys(a))) AS key FROM (%s)" % x
-    value = "coalesce(element_at(m, key), element_at(element_at(a, key), idx))"
-    prev = "coalesce(element_at(pm, key), element_at(element_at(pa, key), idx))"
-    cap = "CASE WHEN a IS NOT NULL AND idx = 1 THEN element_at(element_at(a, key), 2) END"
-    x = ("SELECT node, t, seq, reset, last_report, t_a, metric, key, cum, %s AS value, %s AS prev, %s AS cap"
-         " FROM (%s)" % (value, prev, cap, x))
-    inc = ("CASE WHEN NOT cum THEN CAST(NULL AS BIGINT) WHEN reset OR prev IS NULL THEN value"
-           " ELSE value - prev END")
-    return ("SELECT node, t, seq, reset, last_report, t_a, %s AS `bucket`, metric, key, value, cap,"
-            " %s AS inc FROM (%s) WHERE value IS NOT NULL" % (bucket_sql(t_start, bucket), inc, x))
+    x = c.select("node", "t", "seq", "reset", "last_report", "t_a", F.expr(stack))
+    x = x.select("*", F.explode(F.coalesce(F.map_keys("m"), F.map_keys("a"))).alias("key"))
+    key = F.col("key")
+    value = F.coalesce(F.element_at("m", key), F.element_at(F.element_at("a", key), F.col("idx")))
+    prev = F.coalesce(F.element_at("pm", key), F.element_at(F.element_at("pa", key), F.col("idx")))
+    cap = F.when(F.col("a").isNotNull() & (F.col("idx") == 1), F.element_at(F.element_at("a", key), 2))
+    x = x.select("node", "t", "seq", "reset", "last_report", "t_a", "metric", "key", "cum",
+                 value.alias("value"), prev.alias("prev"), cap.alias("cap"))
+    x = x.where(F.col("value").isNotNull())
+    inc = (F.when(~F.col("cum"), F.lit(None).cast("long"))
+           .when(F.col("reset") | F.col("prev").isNull(), F.col("value"))
+           .otherwise(F.col("value") - F.col("prev")))
+    return x.select("node", "t", "seq", "reset", "last_report", "t_a",
+                    bucket_of(t_start, bucket).alias("bucket"), "metric", "key", "value", "cap", inc.alias("inc"))
 
 
 SERIES_METRICS = ("drops", "evictions", "tx_bytes", "occupancy", "capacity")
 
 
 def counters_agg(cl):
-    """SQL text over the SQL text cl (counters_long): everything the
-    summary needs from the counters, as ONE aggregation
+    """Everything the summary needs from the counters, as ONE aggregation
     (two grouping sets, so the counters are read and windowed once):
 
     * per (node, metric, key) (`bucket` null): total increase, min/max
@@ -230,13 +222,20 @@ def counters_agg(cl):
       t_a, t_b (first and last report in the window);
     * per (bucket, metric, key) (`node` null) for SERIES_METRICS: the sum of
       increases and the largest used/capacity."""
-    in_window = "(t_a IS NOT NULL AND t >= t_a)"
-    return (
-        "SELECT * FROM (SELECT node, `bucket`, metric, key, sum(inc) AS total, max(value) AS `max`,"
-        " min(value) AS `min`, max(cap) AS capacity, max(CASE WHEN cap > 0 THEN value / cap END) AS max_ratio,"
-        " max(CASE WHEN last_report THEN value END) AS `last`, max(CASE WHEN last_report THEN cap END) AS last_capacity,"
-        " sum(CAST(reset AS INT)) AS restarts, sum(CASE WHEN {iw} AND t > t_a THEN inc END) AS steady,"
-        " min(t_a) AS t_a, max(CASE WHEN {iw} THEN t END) AS t_b, grouping_id() AS gid FROM ({cl})"
-        " GROUP BY node, `bucket`, metric, key GROUPING SETS ((node, metric, key), (`bucket`, metric, key)))"
-        " WHERE node IS NOT NULL OR metric IN ({series})".format(
-            iw=in_window, cl=cl, series=", ".join("'%s'" % m for m in SERIES_METRICS)))
+    ratio = F.when(F.col("cap") > 0, F.col("value") / F.col("cap"))
+    in_window = F.col("t_a").isNotNull() & (F.col("t") >= F.col("t_a"))
+    g = cl.groupingSets([["node", "metric", "key"], ["bucket", "metric", "key"]], "node", "bucket", "metric", "key")
+    out = g.agg(
+        F.sum("inc").alias("total"),
+        F.max("value").alias("max"),
+        F.min("value").alias("min"),
+        F.max("cap").alias("capacity"),
+        F.max(ratio).alias("max_ratio"),
+        F.max(F.when(F.col("last_report"), F.col("value"))).alias("last"),
+        F.max(F.when(F.col("last_report"), F.col("cap"))).alias("last_capacity"),
+        F.sum(F.col("reset").cast("int")).alias("restarts"),
+        F.sum(F.when(in_window & (F.col("t") > F.col("t_a")), F.col("inc"))).alias("steady"),
+        F.min("t_a").alias("t_a"),
+        F.max(F.when(in_window, F.col("t"))).alias("t_b"),
+        F.grouping_id().alias("gid"))
+    return out.where(F.col("node").isNotNull() | F.col("metric").isin(*SERIES_METRICS))
