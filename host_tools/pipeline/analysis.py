@@ -479,23 +479,25 @@ def _run(spark, res, info, out, topology_file, opts, say, on_count=None):
         seen_jobs.update(ids)
 
     # -- 1. one pass over the input: parse, validate, write --------------------------
-    parsed = ingest.parse(spark, paths, res.console)
     obs = Observation("ignored")
-    ign = F.col("reason")
-    parsed = parsed.observe(obs, *[F.sum(F.when(ign == ingest.IGNORED + k, 1).otherwise(0)).alias(k)
-                                   for k in ingest.IGNORED_KINDS])
-    parsed = parsed.filter(ign.isNull() | ~ign.startswith(ingest.IGNORED))
+    parsed = ingest.parse(spark, paths, res.console, observation=obs)
     tele = out.path("telemetry")
     ok = F.col("reason").isNull()
-    cols = [c for c in parsed.columns if c not in ("kind",)]
-    (parsed.select(*cols, metrics.day_col().alias("day"),
-                   F.when(ok, F.col("kind")).otherwise(F.lit(REJECTED)).alias("kind"))
-     .write.mode("overwrite").partitionBy("day", "kind").parquet(tele))
+    cols = ["`%s`" % c for c in parsed.columns if c not in ("kind",)]
+    written = parsed.selectExpr(*cols, "%s AS day" % metrics.day_sql(),
+                                "CASE WHEN reason IS NULL THEN kind ELSE '%s' END AS kind" % REJECTED)
+    written.write.mode("overwrite").partitionBy("day", "kind").parquet(tele)
     ignored = dict((k, int(v or 0)) for k, v in (obs.get or {}).items() if v)
     lap("parse_write")
 
     # -- 2. counts per file / reason / kind, time range, nodes, topology ----------------
-    T = spark.read.parquet(tele)
+    # Read back with the schema it was written with (the partition columns
+    # as Spark infers them from the folder names: day=yyyy-MM-dd a date):
+    # no job to read the files' footers for it.
+    from pyspark.sql import types as PT
+    tele_schema = PT.StructType([f for f in written.schema.fields if f.name not in ("day", "kind")] + [
+        PT.StructField("day", PT.DateType(), True), PT.StructField("kind", PT.StringType(), True)])
+    T = spark.read.schema(tele_schema).parquet(tele)
     okv = ok & (F.col("kind") != REJECTED)
     stats = (T.groupBy("source", "reason", "kind")
              .agg(F.count("*").alias("n"), F.min("t").alias("t0"), F.max("t").alias("t1"),
@@ -536,7 +538,7 @@ def _run(spark, res, info, out, topology_file, opts, say, on_count=None):
          .select(ingest.local_path("source").alias("source"), "reason", F.col("raw").alias("line"))
          .coalesce(1).write.mode("overwrite").json(out.path("rejects")))
         _drop_rejected_partitions(tele)
-        T = spark.read.parquet(tele)
+        T = spark.read.schema(tele_schema).parquet(tele)
     else:
         os.makedirs(out.path("rejects"))
     valid = T.where(F.col("kind") != REJECTED)

@@ -62,5 +62,14 @@ def read_lines(spark, paths, console=()):
     return df.select("source", F.monotonically_increasing_id().alias("seq"), "value", "ignore")
 
 
-def parse(spark, paths, console=()):
-    return schema.parse_lines(read_lines(spark, paths, console))
+def parse(spark, paths, console=(), observation=None):
+    """The parsed, validated rows of every telemetry line (schema.parse_lines).
+    Lines that are not telemetry at all (`ignore`) are counted per kind in
+    `observation` (a pyspark Observation; IGNORED_KINDS) and left out before
+    parsing: their JSON is never read."""
+    lines = read_lines(spark, paths, console)
+    ign = F.col("ignore")
+    if observation is not None:
+        lines = lines.observe(observation, *[F.sum(F.when(ign == IGNORED + k, 1).otherwise(0)).alias(k)
+                                             for k in IGNORED_KINDS])
+    return schema.parse_lines(lines.where(ign.isNull()).select("source", "seq", "value"))

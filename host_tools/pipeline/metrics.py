@@ -19,13 +19,16 @@ def bucket_of(t_start, bucket):
     return F.floor((F.col("t") - F.lit(t_start)) / F.lit(bucket)).cast("long")
 
 
-def day_col(tcol="t"):
+def day_sql(tcol="t"):
     """UTC date of a run-clock time (seconds since the epoch; the simulator's
-    clock starts at 0, so its days are 1970-01-01). Times outside years
-    1..9999 have no day."""
-    t = F.col(tcol)
-    ok = t.isNotNull() & (F.abs(t) < F.lit(2.5e11))
-    return F.when(ok, F.date_format(F.timestamp_seconds(t), "yyyy-MM-dd"))
+    clock starts at 0, so its days are 1970-01-01), as SQL text. Times
+    outside years 1..9999 have no day."""
+    return ("CASE WHEN `{t}` IS NOT NULL AND abs(`{t}`) < 2.5E11D"
+            " THEN date_format(timestamp_seconds(`{t}`), 'yyyy-MM-dd') END".format(t=tcol))
+
+
+def day_col(tcol="t"):
+    return F.expr(day_sql(tcol))
 
 
 # -- probes -----------------------------------------------------------------------
@@ -39,7 +42,8 @@ def probes(records, epoch, dist_df, topo_of=(), broadcast=True):
     pr = records.select("day", "t", "node", "seq", "probe", "id", "src", "dst", "ok", "rtt_ms", "hops",
                         epoch.alias("epoch"))
     if dist_df is not None:
-        topo = F.element_at(F.array(*[F.lit(int(x)) for x in topo_of]), F.col("epoch") + 1)
+        # one SQL expression: a Column per literal is a py4j round trip each
+        topo = F.expr("element_at(array(%s), epoch + 1)" % ", ".join(str(int(x)) for x in topo_of))
         pr = pr.withColumn("topo", topo)
         pr = pr.join(F.broadcast(dist_df) if broadcast else dist_df, ["topo", "src", "dst"], "left").drop("topo")
     else:

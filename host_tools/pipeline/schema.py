@@ -2,10 +2,10 @@
 explicit Spark schema, plus the validation rules that decide which lines are
 rejected and why.
 
-Every line is parsed twice with `from_json`: once into RECORD_SCHEMA (typed,
-PERMISSIVE with `_corrupt_record`) and once into a map of raw JSON texts. A
-field that is present in the raw map but null after typed parsing has the
-wrong type. The first failing rule gives the line's `reason`; a null reason
+Every line is parsed with `from_json` into RECORD_SCHEMA (typed, PERMISSIVE
+with `_corrupt_record`); a line that parse flags is parsed again into a map
+of raw JSON texts. A field that is present in the raw map but null after
+typed parsing has the wrong type. The first failing rule gives the line's `reason`; a null reason
 means the record is valid.
 """
 from pyspark.sql import functions as F
@@ -86,14 +86,20 @@ REASONS = (
 
 
 def parse_lines(lines):
-    """lines: DataFrame with `value` (one input line, prefix already removed),
-    `source`, `seq` and `ignore` (a reason starting with "ignored:" for lines
-    that are not telemetry at all). Returns the rows with every typed field,
-    `reason` (null = valid), `raw` (the line, kept only for rejected rows)."""
+    """lines: DataFrame with `value` (one input line, prefix already removed,
+    no line that is not telemetry at all), `source` and `seq`. Returns the
+    rows with every typed field, `reason` (null = valid), `raw` (the line,
+    kept only for rejected rows).
+
+    Three projections: the typed parse; the other JSON parses (the raw map
+    that explains a suspicious line, a peers record's list), which have no
+    generated code; then everything else, read straight from the typed
+    struct, in one projection with generated code (fused with the write).
+    Each projection that carries the wide row copies it and has code of its
+    own to compile, so there are no more of them than the JSON parses need."""
     opts = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-    df = lines.select("source", "seq", "value", "ignore",
-                      F.from_json("value", RECORD_SCHEMA, opts).alias("r"))
-    # The rules are built as one SQL text: one py4j call for the whole
+    df = lines.select("source", "seq", "value", F.from_json("value", RECORD_SCHEMA, opts).alias("r"))
+    # The rules are built as SQL text: one py4j call for the whole
     # expression instead of one per Column object (~5,000 of them here).
     kind = "r.kind"
 
@@ -111,36 +117,37 @@ def parse_lines(lines):
     # that is already known to be bad, so it is computed for those only.
     suspicious = ("(%s IS NOT NULL OR r.v IS NULL OR r.v != %d OR %s IS NULL OR NOT %s IN %s)"
                   % (rf(CORRUPT), SCHEMA_VERSION, kind, kind, kinds))
-    # The other JSON parses (the raw map, a peers record's list) in a
-    # projection of their own: from_json has no generated code, and a
-    # projection holding one runs interpreted. Everything below (the rules,
-    # the typed columns) is then one projection with generated code.
-    r = F.col("r")
-    df = df.select("source", "seq", "value", "ignore", "r",
-                   F.when(F.expr(suspicious), F.from_json("value", RAW_SCHEMA)).alias("m"),
-                   F.when(r["kind"] == "peers", F.from_json(r["peers"], PEER_LIST_SCHEMA)).alias("peer_list"))
 
-    def m(name):
-        return "m[%s]" % q(name)
+    def first(*whens):
+        return "coalesce(%s)" % ", ".join(whens) if len(whens) > 1 else whens[0]
+
+    # Lines the typed parser flagged: why, from the raw map `m` (bound once
+    # by a one-element transform: the map is parsed once per such line).
+    # The first field (in TYPED_FIELDS order) that the raw map has and the
+    # typed struct has not has the wrong type: one lambda over the names of
+    # the struct's null fields, not a map lookup per field.
+    null_fields = "array(%s)" % ", ".join("CASE WHEN %s IS NULL THEN %s END" % (rf(n), q(n))
+                                          for n, _t in TYPED_FIELDS[2:])
+    bad = first(when("m IS NULL", "malformed_json"),
+                when("r.v IS NULL AND m['v'] IS NULL", "missing_field:v"),
+                when("r.v IS NULL OR r.v != %d" % SCHEMA_VERSION, "unknown_version"),
+                when("%s IS NULL AND m['kind'] IS NULL" % kind, "missing_field:kind"),
+                when("%s IS NULL OR NOT %s IN %s" % (kind, kind, kinds), "unknown_kind"),
+                "concat('wrong_type:', try_element_at(filter(%s, f -> f IS NOT NULL AND m[f] IS NOT NULL), 1))"
+                % null_fields,
+                # a line the typed parser flagged but no field-level rule explains
+                q("malformed_json"))
+    bad = ("CASE WHEN %s THEN transform(array(from_json(value, 'map<string,string>')), m -> %s)[0] END"
+           % (suspicious, bad))
+    r = F.col("r")
+    df = df.select("source", "seq", "value", "r", F.expr(bad).alias("bad"),
+                   F.when(r["kind"] == "peers", F.from_json(r["peers"], PEER_LIST_SCHEMA)).alias("peer_list"))
 
     def is_key(col):
         # 64 hex digits, either case: cheaper than a regex on every key
         return "(octet_length(%s) = 64 AND unhex(%s) IS NOT NULL)" % (col, col)
 
-    def first(*whens):
-        return "coalesce(%s)" % ", ".join(whens) if len(whens) > 1 else whens[0]
-
-    # Lines the typed parser already flagged: find out why (raw map needed).
-    bad = [when("m IS NULL", "malformed_json"),
-           when("r.v IS NULL AND %s IS NULL" % m("v"), "missing_field:v"),
-           when("r.v IS NULL OR r.v != %d" % SCHEMA_VERSION, "unknown_version"),
-           when("%s IS NULL AND %s IS NULL" % (kind, m("kind")), "missing_field:kind"),
-           when("%s IS NULL OR NOT %s IN %s" % (kind, kind, kinds), "unknown_kind")]
-    for name, _typ in TYPED_FIELDS[2:]:
-        bad.append(when("%s IS NULL AND %s IS NOT NULL" % (rf(name), m(name)), "wrong_type:" + name))
-    # A line the typed parser flagged but no field-level rule explains.
-    bad.append(q("malformed_json"))
-
+    peers_n = "CASE WHEN %s = 'state' THEN try_cast(r.peers AS BIGINT) END" % kind
     # Well-formed lines: common rules, then the rules of their kind. A
     # `topology` record describes the whole mesh: its `node` (whoever emitted
     # it) may be anything and does not join the node set.
@@ -159,7 +166,7 @@ def parse_lines(lines):
             by_kind[k].append(when("%s IS NULL AND NOT contains(value, %s)" % (rf(name), q('"%s"' % name)),
                                    "missing_field:" + name))
     # `peers` is an int in state records and a list in peers records
-    by_kind["state"].append(when("r.peers IS NOT NULL AND peers_n IS NULL", "wrong_type:peers"))
+    by_kind["state"].append(when("r.peers IS NOT NULL AND (%s) IS NULL" % peers_n, "wrong_type:peers"))
     by_kind["peers"].append(when("peer_list IS NULL", "wrong_type:peers"))
     any_counter = " OR ".join("%s IS NOT NULL" % rf(n) for n in COUNTER_FIELDS)
     by_kind["counters"].append(when("NOT (%s)" % any_counter, "missing_field:counters"))
@@ -170,28 +177,22 @@ def parse_lines(lines):
     by_kind["probe"].append(when("r.rtt_ms < 0", "bad_value:rtt_ms"))
     per_kind = "CASE %s END" % " ".join("WHEN %s = %s THEN %s" % (kind, q(k), first(*by_kind[k]))
                                         for k in KINDS if by_kind[k])
-    reason = F.expr(
-        "CASE WHEN ignore IS NOT NULL THEN ignore"
-        " WHEN NOT startswith(value, '{') AND NOT startswith(ltrim(value), '{') THEN 'not_json'"
-        " WHEN %s THEN %s ELSE coalesce(%s, %s) END" % (suspicious, first(*bad), first(*common), per_kind))
+    reason = ("CASE WHEN NOT startswith(value, '{') AND NOT startswith(ltrim(value), '{') THEN 'not_json'"
+              " WHEN bad IS NOT NULL THEN bad ELSE coalesce(%s, %s) END" % (first(*common), per_kind))
 
-    typed = ["r.`%s` AS `%s`" % (name, name) for name, _t in TYPED_FIELDS if name != "peers"]
-    df = df.selectExpr(
-        "source", "seq", "value", "ignore", "r", "m", *typed,
-        "CASE WHEN r.kind = 'state' THEN try_cast(r.peers AS BIGINT) END AS peers_n", "peer_list")
-    df = df.withColumn("reason", reason)
     keep = [name for name, _t in TYPED_FIELDS if name != "peers"]
-    # Keys in lower case (the format check above takes either case), in the
-    # same projection: every extra select copies the whole wide row again.
-    # A probe's `path` is kept as sent (a per-element lower() is a per-row
+    # Keys in lower case (the format check above takes either case). A
+    # probe's `path` is kept as sent (a per-element lower() is a per-row
     # lambda and costs more than the rest of the validation).
     lowered = ("node", "root", "parent", "desc", "src", "dst")
 
     def out_col(n):
         if n in lowered:
-            return "lower(`%s`) AS `%s`" % (n, n)
-        return "`%s`" % n
+            return "lower(%s) AS `%s`" % (rf(n), n)
+        return "%s AS `%s`" % (rf(n), n)
 
+    df = df.selectExpr("source", "seq", "value", "%s AS reason" % reason, *[out_col(n) for n in keep],
+                       "%s AS peers_n" % peers_n, "peer_list")
     return df.selectExpr(
         "source", "seq", "reason", "CASE WHEN reason IS NOT NULL THEN value END AS raw",
-        *[out_col(n) for n in keep], "peers_n", "peer_list")
+        *["`%s`" % n for n in keep], "peers_n", "peer_list")
