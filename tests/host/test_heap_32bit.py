@@ -139,7 +139,7 @@ def test_deploy_heap_figures_are_current(tmp_path):
     with) is what the firmware uses now: the most any node of the scenario
     used, with room to spare so nothing else limits it, up to 12 % above."""
     from host_tools import boards, BOARDS_DIR
-    # ESP32_GENERIC (depth 30, 152 routes: sized to the plain ESP32's frozen
+    # ESP32_GENERIC (depth 30, 320 routes: sized to the plain ESP32's frozen
     # budget) and _S3 (depth 10: its .mpy case was short of 35 %, README
     # Memory) differ in their tables, so each is measured both ways
     report = []
