@@ -247,15 +247,15 @@ def test_forged_bootstrap_signature_poisons_nothing(policy):
     for n in HONEST:
         if n == VICTIM:
             continue
-        frames.append(H.bootstrap(ev, 10 ** 15, root, rseq, wm_key=wire.FULL_KEY,
+        frames.append(H.bootstrap(ev, 10 ** 13, root, rseq, wm_key=wire.FULL_KEY,
                                   key=m.key(n), sig=H.junk_sig(n.encode())))
     # 2. claim a key just below the victim: would become its descending entry
     fake = H.key_below(m.key(VICTIM))
     forged.append(fake)
-    frames.append(H.bootstrap(ev, 10 ** 15, root, rseq, key=fake, sig=H.junk_sig(b"fake")))
+    frames.append(H.bootstrap(ev, 10 ** 13, root, rseq, key=fake, sig=H.junk_sig(b"fake")))
     # 3. the attacker's own signature on someone else's key
-    frames.append(H.bootstrap(ev, 10 ** 15 + 1, root, rseq, key=fake,
-                              sig=ev.sign(wire.bootstrap_signed(10 ** 15 + 1, root, rseq))))
+    frames.append(H.bootstrap(ev, 10 ** 13 + 1, root, rseq, key=fake,
+                              sig=ev.sign(wire.bootstrap_signed(10 ** 13 + 1, root, rseq))))
     desc0 = report.desc_key(rv)
     loop0, wm0 = drop(rv, "loop"), drop(rv, "watermark")
     sent, _ = H.blast(m, EVIL, VICTIM, frames)
@@ -314,10 +314,10 @@ def test_bootstrap_for_another_root_is_dropped():
     s_fake = H.fresh_signers(1, "other-root")[0]
     frames = [
         # a root above the real one, validly signed by the attacker
-        H.bootstrap(ev, 10 ** 15, b"\xff" * 32, 1),
+        H.bootstrap(ev, 10 ** 13, b"\xff" * 32, 1),
         # the real root with a sequence it never announced
-        H.bootstrap(ev, 10 ** 15 + 1, root, rseq + 7),
-        H.bootstrap(s_fake, 10 ** 15, b"\xfe" * 32, 1),
+        H.bootstrap(ev, 10 ** 13 + 1, root, rseq + 7),
+        H.bootstrap(s_fake, 10 ** 13, b"\xfe" * 32, 1),
     ]
     r0 = drop(rv, "bootstrap_root")
     routes0 = H.route_ports(rv)
